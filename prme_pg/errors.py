@@ -1,0 +1,54 @@
+"""Typed errors shared by every layer.
+
+PostgreSQL raises them with their own SQLSTATE (``PR404``, ``PR409``, ``PR422``);
+the DuckDB port raises the same Python classes; the HTTP API maps them to 404, 409
+and 422. One table, here, is the source of that mapping.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SQLSTATE_ERRORS",
+    "IdempotencyConflict",
+    "InvalidInput",
+    "MigrationError",
+    "NotFoundError",
+    "PrmeError",
+]
+
+
+class PrmeError(Exception):
+    """Base class of every error prme-pg raises on purpose."""
+
+    sqlstate: str = ""
+    http_status: int = 500
+
+
+class NotFoundError(PrmeError, LookupError):
+    """A node, event or operation is missing, archived, or another owner's (PR404)."""
+
+    sqlstate = "PR404"
+    http_status = 404
+
+
+class IdempotencyConflict(PrmeError, ValueError):
+    """A request_id or operation id was already used for something else (PR409)."""
+
+    sqlstate = "PR409"
+    http_status = 409
+
+
+class InvalidInput(PrmeError, ValueError):
+    """An argument is malformed or out of range (PR422)."""
+
+    sqlstate = "PR422"
+    http_status = 422
+
+
+class MigrationError(PrmeError):
+    """The database and the migration files disagree, or a migration file is damaged."""
+
+
+SQLSTATE_ERRORS: dict[str, type[PrmeError]] = {
+    cls.sqlstate: cls for cls in (NotFoundError, IdempotencyConflict, InvalidInput)
+}

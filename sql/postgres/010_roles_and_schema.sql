@@ -1,0 +1,41 @@
+-- =============================================================================
+-- prme-pg: roles and schema
+--
+-- Three cluster-wide roles, created only when missing (roles outlive databases):
+--   prme_owner   owns every prme object; NOLOGIN.
+--   prme_app     USAGE on the schema, EXECUTE on API functions; no table access.
+--   prme_reader  SELECT through row-level security, one owner at a time.
+-- Everything after this file is created as prme_owner (SET LOCAL ROLE), so the
+-- SECURITY DEFINER functions run with exactly the owner's rights.
+-- =============================================================================
+
+DO $roles$
+DECLARE
+    v_role text;
+BEGIN
+    IF pg_catalog.getdatabaseencoding() <> 'UTF8' THEN
+        RAISE EXCEPTION 'prme-pg needs a UTF8 database, this one is %', pg_catalog.getdatabaseencoding()
+            USING HINT = 'CREATE DATABASE ... ENCODING ''UTF8'' TEMPLATE template0';
+    END IF;
+    FOREACH v_role IN ARRAY ARRAY['prme_owner', 'prme_app', 'prme_reader'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
+            BEGIN
+                EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- created concurrently by a migration in another database
+            END;
+        END IF;
+    END LOOP;
+END
+$roles$;
+
+CREATE SCHEMA prme AUTHORIZATION prme_owner;
+COMMENT ON SCHEMA prme IS 'prme-pg: a memory engine for AI agents. API functions are granted to prme_app.';
+
+REVOKE ALL ON SCHEMA prme FROM PUBLIC;
+GRANT USAGE ON SCHEMA prme TO prme_app, prme_reader;
+
+SET LOCAL ROLE prme_owner;
+
+-- Functions are executable by PUBLIC unless revoked; nothing in prme is.
+ALTER DEFAULT PRIVILEGES FOR ROLE prme_owner IN SCHEMA prme REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;

@@ -1,0 +1,116 @@
+-- =============================================================================
+-- prme-pg: argument validation
+--
+-- Each helper returns its argument unchanged or raises PR422, so API functions
+-- validate with a plain assignment (`v_x := prme._valid_x(x)`), which PL/pgSQL
+-- evaluates on its fast path without running a query.
+-- =============================================================================
+
+CREATE FUNCTION prme._valid_user_id(user_id text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF user_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'user_id must not be null';
+    END IF;
+    IF length(user_id) NOT BETWEEN 1 AND 256 OR user_id ~ '[[:cntrl:]]' OR user_id <> btrim(user_id) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'user_id must be 1 to 256 characters without control characters or surrounding spaces';
+    END IF;
+    RETURN user_id;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_user_id(text) IS
+'Internal: returns user_id, or raises PR422 when it is null, empty, longer than 256 characters, '
+'or has control characters or surrounding spaces.';
+
+CREATE FUNCTION prme._valid_name(argument text, value text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL OR value !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('%s must match ^[a-z][a-z0-9_-]{0,62}$', argument),
+            DETAIL = format('got %s', coalesce(quote_literal(left(value, 80)), 'NULL'));
+    END IF;
+    RETURN value;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_name(text, text) IS
+'Internal: returns value when it is a valid scope, namespace or kind (^[a-z][a-z0-9_-]{0,62}$), else raises PR422.';
+
+CREATE FUNCTION prme._valid_content(content text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF content IS NULL OR btrim(content) = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'content must not be empty';
+    END IF;
+    IF octet_length(content) > 65536 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'content must be at most 65536 bytes',
+            DETAIL = format('got %s bytes', octet_length(content));
+    END IF;
+    RETURN content;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_content(text) IS
+'Internal: returns content when it is non-blank and at most 64 KiB of UTF-8, else raises PR422.';
+
+CREATE FUNCTION prme._valid_fraction(argument text, value numeric)
+RETURNS numeric
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- 'NaN'::numeric compares greater than every number, so the range test rejects it too.
+    IF value IS NULL OR NOT (value >= 0 AND value <= 1) OR scale(value) > 4 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('%s must be a number in [0, 1] with at most 4 decimal places', argument),
+            DETAIL = format('got %s', coalesce(value::text, 'NULL'));
+    END IF;
+    RETURN value;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_fraction(text, numeric) IS
+'Internal: returns value when it is in [0, 1] with at most 4 decimals (numeric(5,4) holds it exactly), else PR422.';
+
+CREATE FUNCTION prme._valid_timestamp(argument text, value timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Journal records spell timestamps as YYYY-MM-DDTHH:MM:SS.ffffffZ: four-digit years only.
+    IF value IS NOT NULL
+       AND NOT (value >= '0001-01-01 00:00:00+00' AND value < '10000-01-01 00:00:00+00') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('%s must be a finite time between years 1 and 9999', argument),
+            DETAIL = format('got %s', value);
+    END IF;
+    RETURN value;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_timestamp(text, timestamptz) IS
+'Internal: returns value (NULL allowed) when it is finite and within years 1..9999, else raises PR422.';

@@ -1,0 +1,138 @@
+-- =============================================================================
+-- prme-pg: nodes (memories)
+--
+-- One row per memory, keyed (user_id, id) so the table can be distributed by
+-- owner. Numbers are numeric(5,4): caps hold exactly and journal records spell
+-- them the same way in PostgreSQL, DuckDB and Python.
+-- =============================================================================
+
+CREATE TABLE prme.nodes (
+    id uuid NOT NULL,
+    user_id text NOT NULL,
+    namespace text NOT NULL DEFAULT 'default' CHECK (namespace ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    scope text NOT NULL DEFAULT 'personal' CHECK (scope ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    kind text NOT NULL DEFAULT 'fact' CHECK (kind ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    content text NOT NULL,
+    confidence_base numeric(5, 4) NOT NULL DEFAULT 0.5 CHECK (confidence_base BETWEEN 0 AND 1),
+    salience_base numeric(5, 4) NOT NULL DEFAULT 0.5 CHECK (salience_base BETWEEN 0 AND 1),
+    reinforcement_boost numeric(5, 4) NOT NULL DEFAULT 0 CHECK (reinforcement_boost BETWEEN 0 AND 1),
+    last_reinforced_at timestamptz,
+    evidence_refs uuid [] NOT NULL DEFAULT '{}' CHECK (array_position(evidence_refs, NULL) IS NULL),
+    stability text NOT NULL DEFAULT 'low' CHECK (stability IN ('low', 'semi-stable', 'stable')),
+    next_review_at timestamptz,
+    lifecycle_state text NOT NULL DEFAULT 'active'
+    CHECK (lifecycle_state IN ('active', 'contested', 'superseded', 'deprecated', 'archived')),
+    decay_profile text NOT NULL DEFAULT 'medium'
+    CHECK (decay_profile IN ('permanent', 'slow', 'medium', 'fast', 'rapid')),
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    version bigint NOT NULL CHECK (version > 0),
+    -- Derived: checksum of this node's newest journal record, so a mutation finds
+    -- its chain link under the row lock without reading the journal.
+    last_checksum text NOT NULL CHECK (last_checksum ~ '^[0-9a-f]{64}$'),
+    PRIMARY KEY (user_id, id)
+);
+
+COMMENT ON TABLE prme.nodes IS
+'Memories. Every mutation bumps version and appends one prme.journal record in the same transaction.';
+COMMENT ON COLUMN prme.nodes.evidence_refs IS
+'Ids of the prme.events that confirmed this memory, appended in order, never de-duplicated.';
+COMMENT ON COLUMN prme.nodes.last_checksum IS
+'Derived: checksum of the newest journal record of this node (the link for the next record).';
+
+-- What API functions return: the node (without derived columns) plus whether a
+-- retried request was answered from its idempotency key.
+CREATE TYPE prme.node_view AS (
+    id uuid,
+    user_id text,
+    namespace text,
+    scope text,
+    kind text,
+    content text,
+    confidence_base numeric(5, 4),
+    salience_base numeric(5, 4),
+    reinforcement_boost numeric(5, 4),
+    last_reinforced_at timestamptz,
+    evidence_refs uuid [],
+    stability text,
+    next_review_at timestamptz,
+    lifecycle_state text,
+    decay_profile text,
+    created_at timestamptz,
+    updated_at timestamptz,
+    version bigint,
+    replayed boolean
+);
+
+COMMENT ON TYPE prme.node_view IS
+'A memory as API functions return it: every column of prme.nodes but derived ones, plus replayed.';
+
+CREATE FUNCTION prme._node_view(node prme.nodes, replayed boolean)
+RETURNS prme.node_view
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN ROW(
+        node.id, node.user_id, node.namespace, node.scope, node.kind, node.content,
+        node.confidence_base, node.salience_base, node.reinforcement_boost, node.last_reinforced_at,
+        node.evidence_refs, node.stability, node.next_review_at, node.lifecycle_state,
+        node.decay_profile, node.created_at, node.updated_at, node.version, replayed
+    )::prme.node_view;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._node_view(prme.nodes, boolean) IS
+'Internal: the API view of a node row (drops derived columns, adds replayed).';
+
+CREATE FUNCTION prme._json_time(value timestamptz)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- UTC, always six fractional digits: independent of the session's TimeZone and DateStyle.
+    RETURN coalesce('"' || to_char(value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'null');
+END;
+$$;
+
+COMMENT ON FUNCTION prme._json_time(timestamptz) IS
+'Internal: a timestamp as a journal JSON value, "YYYY-MM-DDTHH:MM:SS.ffffffZ" in UTC, or null.';
+
+CREATE FUNCTION prme._node_state(node prme.nodes)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- RFC 8785 text built directly: keys in sorted order, no whitespace. to_json()
+    -- escapes strings exactly as RFC 8785 does; trim_scale() gives the shortest
+    -- decimal form of a numeric(5,4) (0.6500 -> 0.65, 1.0000 -> 1).
+    RETURN '{"confidence_base":' || trim_scale(node.confidence_base)::text
+        || ',"content":' || to_json(node.content)::text
+        || ',"created_at":' || prme._json_time(node.created_at)
+        || ',"decay_profile":' || to_json(node.decay_profile)::text
+        || ',"evidence_refs":' || array_to_json(node.evidence_refs)::text
+        || ',"id":"' || node.id::text
+        || '","kind":' || to_json(node.kind)::text
+        || ',"last_reinforced_at":' || prme._json_time(node.last_reinforced_at)
+        || ',"lifecycle_state":' || to_json(node.lifecycle_state)::text
+        || ',"namespace":' || to_json(node.namespace)::text
+        || ',"next_review_at":' || prme._json_time(node.next_review_at)
+        || ',"reinforcement_boost":' || trim_scale(node.reinforcement_boost)::text
+        || ',"salience_base":' || trim_scale(node.salience_base)::text
+        || ',"scope":' || to_json(node.scope)::text
+        || ',"stability":' || to_json(node.stability)::text
+        || ',"updated_at":' || prme._json_time(node.updated_at)
+        || ',"user_id":' || to_json(node.user_id)::text
+        || ',"version":' || node.version::text
+        || '}';
+END;
+$$;
+
+COMMENT ON FUNCTION prme._node_state(prme.nodes) IS
+'Internal: the complete state of a node as RFC 8785 canonical JSON, as journal records embed it '
+'(every column but derived ones).';

@@ -1,0 +1,45 @@
+-- =============================================================================
+-- prme-pg: events (evidence)
+--
+-- Immutable evidence that memories cite: what was said or observed, when, and in
+-- which scope. A memory may only be confirmed by evidence of its own owner and scope.
+-- =============================================================================
+
+CREATE TABLE prme.events (
+    id uuid NOT NULL,
+    user_id text NOT NULL,
+    namespace text NOT NULL DEFAULT 'default' CHECK (namespace ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    scope text NOT NULL DEFAULT 'personal' CHECK (scope ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    kind text NOT NULL DEFAULT 'message' CHECK (kind ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    content text NOT NULL,
+    payload jsonb NOT NULL DEFAULT '{}',
+    occurred_at timestamptz NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (user_id, id)
+);
+
+COMMENT ON TABLE prme.events IS
+'Immutable evidence (messages, observations) that confirmations cite. Updates and deletes are refused.';
+
+CREATE FUNCTION prme._refuse_change()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        ERRCODE = 'PR422',
+        MESSAGE = format('%s.%s is append-only: %s is not allowed', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP);
+END;
+$$;
+
+COMMENT ON FUNCTION prme._refuse_change() IS
+'Internal trigger: refuses UPDATE, DELETE and TRUNCATE on append-only tables.';
+
+CREATE TRIGGER events_append_only
+BEFORE UPDATE OR DELETE ON prme.events
+FOR EACH ROW EXECUTE FUNCTION prme._refuse_change();
+
+CREATE TRIGGER events_no_truncate
+BEFORE TRUNCATE ON prme.events
+FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();

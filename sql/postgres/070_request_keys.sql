@@ -1,0 +1,28 @@
+-- =============================================================================
+-- prme-pg: request_keys (idempotency keys)
+--
+-- A retried call with the same request_id must count once. A key is scoped to
+-- (user_id, namespace): another owner's identical UUID is an independent key.
+-- The row binds the key to what it did (operation, node, evidence) and to the
+-- journal record it produced; it is written in the same transaction as that
+-- record, so an aborted call leaves no key behind.
+-- =============================================================================
+
+CREATE TABLE prme.request_keys (
+    user_id text NOT NULL,
+    namespace text NOT NULL,
+    request_id uuid NOT NULL,
+    operation text NOT NULL CHECK (operation ~ '^[a-z][a-z0-9_]{0,62}$'),
+    node_id uuid NOT NULL,
+    evidence_id uuid,
+    node_version bigint NOT NULL,
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (user_id, namespace, request_id),
+    -- Deferred: the key is claimed first (that claim is what serialises retries),
+    -- the journal record it points at is written later in the same transaction.
+    FOREIGN KEY (user_id, node_id, node_version) REFERENCES prme.journal (user_id, node_id, node_version)
+    DEFERRABLE INITIALLY DEFERRED
+);
+
+COMMENT ON TABLE prme.request_keys IS
+'Idempotency keys per (user_id, namespace): what each request_id did and the journal record it wrote.';

@@ -1,0 +1,69 @@
+-- =============================================================================
+-- prme-pg: add_node
+-- =============================================================================
+
+CREATE FUNCTION prme.add_node(
+    user_id text,
+    content text,
+    scope text DEFAULT 'personal',
+    namespace text DEFAULT 'default',
+    kind text DEFAULT 'fact',
+    confidence_base numeric DEFAULT 0.5,
+    salience_base numeric DEFAULT 0.5,
+    stability text DEFAULT 'low',
+    decay_profile text DEFAULT 'medium',
+    next_review_at timestamptz DEFAULT NULL,
+    node_id uuid DEFAULT NULL
+)
+RETURNS prme.node_view
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_node prme.nodes;
+    v_entry prme.journal;
+    v_now timestamptz := now();
+BEGIN
+    v_node.id := coalesce(add_node.node_id, gen_random_uuid());
+    v_node.user_id := prme._valid_user_id(add_node.user_id);
+    v_node.namespace := prme._valid_name('namespace', add_node.namespace);
+    v_node.scope := prme._valid_name('scope', add_node.scope);
+    v_node.kind := prme._valid_name('kind', add_node.kind);
+    v_node.content := prme._valid_content(add_node.content);
+    v_node.confidence_base := prme._valid_fraction('confidence_base', add_node.confidence_base);
+    v_node.salience_base := prme._valid_fraction('salience_base', add_node.salience_base);
+    v_node.reinforcement_boost := 0;
+    v_node.evidence_refs := '{}';
+    IF add_node.stability IS NULL OR add_node.stability NOT IN ('low', 'semi-stable', 'stable') THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'stability must be low, semi-stable or stable';
+    END IF;
+    v_node.stability := add_node.stability;
+    IF add_node.decay_profile IS NULL
+       OR add_node.decay_profile NOT IN ('permanent', 'slow', 'medium', 'fast', 'rapid') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422', MESSAGE = 'decay_profile must be permanent, slow, medium, fast or rapid';
+    END IF;
+    v_node.decay_profile := add_node.decay_profile;
+    v_node.next_review_at := prme._valid_timestamp('next_review_at', add_node.next_review_at);
+    v_node.lifecycle_state := 'active';
+    v_node.created_at := v_now;
+    v_node.updated_at := v_now;
+    v_node.version := 1;
+
+    v_entry := prme._journal_entry('create', NULL, gen_random_uuid(), NULL, NULL, NULL, v_node);
+    v_node.last_checksum := v_entry.checksum;
+
+    INSERT INTO prme.nodes SELECT v_node.* ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR409', MESSAGE = 'a node with this node_id already exists';
+    END IF;
+    INSERT INTO prme.journal SELECT v_entry.*;
+    RETURN prme._node_view(v_node, FALSE);
+END;
+$$;
+
+COMMENT ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) IS
+'Creates a memory for user_id and journals it as a create record. node_id may be given (PR409 if taken); '
+'otherwise a random one is chosen. Invalid arguments raise PR422.';
