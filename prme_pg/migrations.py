@@ -153,10 +153,7 @@ def seal(path: Path) -> Migration:
     body = text if text.endswith("\n") else text + "\n"
     digest = _body_sha256(body)
     version, name = int(match["version"]), match["name"]
-    record = (
-        "INSERT INTO prme.schema_migrations (version, name, sha256) "
-        f"VALUES ({version}, '{name}', '{digest}');\n"
-    )
+    record = f"INSERT INTO prme.schema_migrations (version, name, sha256) VALUES ({version}, '{name}', '{digest}');\n"
     sealed = body + SEAL_LINE + "\n" + record
     path.write_text(sealed, encoding="utf-8")
     return Migration(version, name, path, sealed, digest)
@@ -190,18 +187,14 @@ def _check_drift(applied: Sequence[AppliedMigration], migrations: Sequence[Migra
             )
 
 
-def status(
-    conn: psycopg.Connection[Any], migrations: Sequence[Migration] | None = None
-) -> list[MigrationState]:
+def status(conn: psycopg.Connection[Any], migrations: Sequence[Migration] | None = None) -> list[MigrationState]:
     """Every migration file with its applied time (None when pending). Raises on drift."""
     migrations = load_migrations() if migrations is None else migrations
     applied = _applied(conn)
     conn.rollback()
     _check_drift(applied, migrations)
     applied_at = {row.version: row.applied_at for row in applied}
-    return [
-        MigrationState(m.version, m.name, m.filename, applied_at.get(m.version)) for m in migrations
-    ]
+    return [MigrationState(m.version, m.name, m.filename, applied_at.get(m.version)) for m in migrations]
 
 
 def pending_sql(conn: psycopg.Connection[Any], migrations: Sequence[Migration] | None = None) -> str:

@@ -148,15 +148,33 @@ class PostgresCluster:
             postgres = pwd.getpwnam("postgres")
             os.chown(self.root, postgres.pw_uid, postgres.pw_gid)
         self._run(
-            "initdb", "-D", str(self.datadir), "-U", "postgres", "--auth=trust",
-            "--encoding=UTF8", "--locale=C", "--no-sync",
+            "initdb",
+            "-D",
+            str(self.datadir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
         )
 
     def start(self) -> None:
         options = [f"-p {self.port}", f"-k {self.root}", "-c listen_addresses=127.0.0.1"]
         options += [f"-c {name}={value}" for name, value in self.settings.items()]
-        self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.logfile), "-w", "-t", "60",
-                  "-o", " ".join(options), "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.logfile),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            " ".join(options),
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop")

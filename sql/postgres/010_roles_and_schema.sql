@@ -32,10 +32,10 @@ $roles$;
 CREATE SCHEMA prme AUTHORIZATION prme_owner;
 COMMENT ON SCHEMA prme IS 'prme-pg: a memory engine for AI agents. API functions are granted to prme_app.';
 
-REVOKE ALL ON SCHEMA prme FROM PUBLIC;
+REVOKE ALL ON SCHEMA prme FROM public;
 GRANT USAGE ON SCHEMA prme TO prme_app, prme_reader;
 
 SET LOCAL ROLE prme_owner;
 
 -- Functions are executable by PUBLIC unless revoked; nothing in prme is.
-ALTER DEFAULT PRIVILEGES FOR ROLE prme_owner IN SCHEMA prme REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES FOR ROLE prme_owner IN SCHEMA prme REVOKE EXECUTE ON FUNCTIONS FROM public;

@@ -17,7 +17,7 @@ CREATE TABLE prme.nodes (
     salience_base numeric(5, 4) NOT NULL DEFAULT 0.5 CHECK (salience_base BETWEEN 0 AND 1),
     reinforcement_boost numeric(5, 4) NOT NULL DEFAULT 0 CHECK (reinforcement_boost BETWEEN 0 AND 1),
     last_reinforced_at timestamptz,
-    evidence_refs uuid [] NOT NULL DEFAULT '{}' CHECK (array_position(evidence_refs, NULL) IS NULL),
+    evidence_refs uuid[] NOT NULL DEFAULT '{}' CHECK (array_position(evidence_refs, NULL) IS NULL),
     stability text NOT NULL DEFAULT 'low' CHECK (stability IN ('low', 'semi-stable', 'stable')),
     next_review_at timestamptz,
     lifecycle_state text NOT NULL DEFAULT 'active'
@@ -49,11 +49,11 @@ CREATE TYPE prme.node_view AS (
     scope text,
     kind text,
     content text,
-    confidence_base numeric(5, 4),
-    salience_base numeric(5, 4),
-    reinforcement_boost numeric(5, 4),
+    confidence_base numeric(5, 4),  -- noqa: LT01
+    salience_base numeric(5, 4),  -- noqa: LT01
+    reinforcement_boost numeric(5, 4),  -- noqa: LT01
     last_reinforced_at timestamptz,
-    evidence_refs uuid [],
+    evidence_refs uuid[],  -- noqa: LT01
     stability text,
     next_review_at timestamptz,
     lifecycle_state text,

@@ -9,19 +9,17 @@
 -- and so is not subject to these policies; they filter by owner themselves.
 -- =============================================================================
 
-REVOKE ALL ON ALL TABLES IN SCHEMA prme FROM PUBLIC;
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA prme FROM public;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 
-GRANT EXECUTE ON FUNCTION
-    prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid),
-    prme.add_event(text, text, text, text, text, jsonb, timestamptz, uuid),
-    prme.get_node(text, uuid),
-    prme.list_nodes(text, text, uuid, integer),
-    prme.reinforce(uuid, text, uuid, uuid),
-    prme.archive_node(text, uuid),
-    prme.verify_journal(text),
-    prme.replay_node(text, uuid)
-TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.add_event(text, text, text, text, text, jsonb, timestamptz, uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.get_node(text, uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.list_nodes(text, text, uuid, integer) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.reinforce(uuid, text, uuid, uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.archive_node(text, uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.verify_journal(text) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.replay_node(text, uuid) TO prme_app;
 
 GRANT SELECT ON prme.nodes, prme.events, prme.journal TO prme_reader;
 

@@ -1,0 +1,168 @@
+"""prme.reinforce under real concurrency, and transactions that abort.
+
+Each thread has its own connection: the races below are PostgreSQL's row lock
+and the request_keys primary key at work, not anything in Python.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+THREADS = 16
+T = TypeVar("T")
+
+
+def _race(dsn: str, calls: list[Callable[[psycopg.Connection[Any]], T]]) -> list[T | BaseException]:
+    """Run each call on its own connection, all released at once by a barrier."""
+    results: list[T | BaseException] = [RuntimeError("did not run")] * len(calls)
+    barrier = threading.Barrier(len(calls))
+
+    def worker(i: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            barrier.wait(30)
+            try:
+                results[i] = calls[i](conn)
+            except BaseException as exc:  # recorded for the assertions
+                results[i] = exc
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a racing call hung"
+    return results
+
+
+def _add_node(conn: psycopg.Connection[Any], user_id: str = "alice", **kwargs: Any) -> uuid.UUID:
+    columns = ", ".join(f"{k} => %({k})s" for k in kwargs)
+    row = conn.execute(
+        f"SELECT id FROM prme.add_node(user_id => %(user_id)s, content => 'prefers tabs'"
+        f"{', ' if columns else ''}{columns})",
+        {"user_id": user_id, **kwargs},
+    ).fetchone()
+    assert row is not None
+    return uuid.UUID(str(row[0]))
+
+
+def _reinforce(
+    node_id: uuid.UUID, request_id: uuid.UUID | None, user_id: str = "alice"
+) -> Callable[[psycopg.Connection[Any]], dict[str, Any]]:
+    def call(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(
+                "SELECT * FROM prme.reinforce(node_id => %s, user_id => %s, request_id => %s)",
+                (node_id, user_id, request_id),
+            ).fetchone()
+        assert row is not None
+        return row
+
+    return call
+
+
+def _counts(conn: psycopg.Connection[Any], node_id: uuid.UUID) -> tuple[int, int, int]:
+    row = conn.execute(
+        "SELECT (SELECT version FROM prme.nodes WHERE id = %(n)s),"
+        " (SELECT count(*) FROM prme.journal WHERE node_id = %(n)s AND op = 'reinforce'),"
+        " (SELECT count(*) FROM prme.request_keys WHERE node_id = %(n)s)",
+        {"n": node_id},
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def _assert_journal_sound(conn: psycopg.Connection[Any], node_id: uuid.UUID) -> None:
+    assert conn.execute("SELECT * FROM prme.verify_journal('alice')").fetchall() == []
+    replay = conn.execute("SELECT matches, problem FROM prme.replay_node('alice', %s)", (node_id,)).fetchone()
+    assert replay == (True, None)
+
+
+def test_same_key_from_16_connections_counts_once(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    key = uuid.uuid4()
+    results = _race(db_dsn, [_reinforce(node_id, key)] * THREADS)
+
+    assert all(isinstance(r, dict) for r in results), results
+    rows = [r for r in results if isinstance(r, dict)]
+    assert sum(not r["replayed"] for r in rows) == 1
+    assert {(r["version"], r["reinforcement_boost"], r["confidence_base"]) for r in rows} == {
+        (2, Decimal("0.1500"), Decimal("0.5500"))
+    }
+    assert _counts(conn, node_id) == (2, 1, 1)
+    _assert_journal_sound(conn, node_id)
+
+
+def test_distinct_keys_from_16_connections_all_count_within_caps(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn, confidence_base=Decimal("0.3"))
+    results = _race(db_dsn, [_reinforce(node_id, uuid.uuid4()) for _ in range(THREADS)])
+
+    assert all(isinstance(r, dict) and not r["replayed"] for r in results), results
+    node = conn.execute(
+        "SELECT version, reinforcement_boost, confidence_base FROM prme.nodes WHERE id = %s",
+        (node_id,),
+    ).fetchone()
+    # 16 confirmations: boost 0 -> capped at 0.5, confidence 0.3 -> capped at 0.95.
+    assert node == (1 + THREADS, Decimal("0.5000"), Decimal("0.9500"))
+    assert _counts(conn, node_id) == (1 + THREADS, THREADS, THREADS)
+    versions = sorted(r["version"] for r in results if isinstance(r, dict))
+    assert versions == list(range(2, 2 + THREADS))
+    _assert_journal_sound(conn, node_id)
+
+
+def test_calls_without_key_always_count(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    results = _race(db_dsn, [_reinforce(node_id, None)] * THREADS)
+    assert all(isinstance(r, dict) for r in results), results
+    assert _counts(conn, node_id) == (1 + THREADS, THREADS, 0)
+    _assert_journal_sound(conn, node_id)
+
+
+def test_one_key_raced_onto_different_nodes_binds_to_exactly_one(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    nodes = [_add_node(conn) for _ in range(THREADS)]
+    key = uuid.uuid4()
+    results = _race(db_dsn, [_reinforce(n, key) for n in nodes])
+
+    winners = [r for r in results if isinstance(r, dict)]
+    losers = [r for r in results if not isinstance(r, dict)]
+    assert len(winners) == 1 and not winners[0]["replayed"]
+    assert all(isinstance(e, psycopg.Error) and e.sqlstate == "PR409" for e in losers), losers
+    assert conn.execute("SELECT count(*) FROM prme.request_keys").fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM prme.journal WHERE op = 'reinforce'").fetchone() == (1,)
+
+
+def test_aborted_transaction_leaves_no_key(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    key = uuid.uuid4()
+    with psycopg.connect(db_dsn) as tx:
+        row = _reinforce(node_id, key)(tx)
+        assert row["version"] == 2 and not row["replayed"]
+        tx.rollback()
+    assert _counts(conn, node_id) == (1, 0, 0)
+
+    retry = _reinforce(node_id, key)(conn)
+    assert retry["version"] == 2 and not retry["replayed"], "the key must not survive the rollback"
+    assert _reinforce(node_id, key)(conn)["replayed"]
+    assert _counts(conn, node_id) == (2, 1, 1)
+
+
+def test_failed_call_inside_a_transaction_leaves_nothing(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    """An error after the key was claimed (here: foreign evidence) rolls the claim back."""
+    node_id = _add_node(conn)
+    foreign_event = conn.execute("SELECT id FROM prme.add_event('bob', 'yes')").fetchone()
+    assert foreign_event is not None
+    key = uuid.uuid4()
+    with pytest.raises(psycopg.Error) as caught:
+        conn.execute(
+            "SELECT * FROM prme.reinforce(node_id => %s, user_id => 'alice', evidence_id => %s, request_id => %s)",
+            (node_id, foreign_event[0], key),
+        )
+    assert caught.value.sqlstate == "PR404"
+    assert _counts(conn, node_id) == (1, 0, 0)
