@@ -37,5 +37,6 @@ GRANT USAGE ON SCHEMA prme TO prme_app, prme_reader;
 
 SET LOCAL ROLE prme_owner;
 
--- Functions are executable by PUBLIC unless revoked; nothing in prme is.
-ALTER DEFAULT PRIVILEGES FOR ROLE prme_owner IN SCHEMA prme REVOKE EXECUTE ON FUNCTIONS FROM public;
+-- Functions are executable by PUBLIC unless revoked, and that global default can
+-- only be changed without IN SCHEMA. Every module still revokes explicitly.
+ALTER DEFAULT PRIVILEGES FOR ROLE prme_owner REVOKE EXECUTE ON FUNCTIONS FROM public;

@@ -56,7 +56,8 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF content IS NULL OR btrim(content) = '' THEN
+    -- An explicit set of blanks: the same in every locale, and in the DuckDB port.
+    IF content IS NULL OR btrim(content, E' \t\n\r\f\x0b') = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'content must not be empty';
     END IF;
     IF octet_length(content) > 65536 THEN

@@ -18,10 +18,7 @@ CREATE TABLE prme.request_keys (
     node_version bigint NOT NULL,
     created_at timestamptz NOT NULL,
     PRIMARY KEY (user_id, namespace, request_id),
-    -- Deferred: the key is claimed first (that claim is what serialises retries),
-    -- the journal record it points at is written later in the same transaction.
     FOREIGN KEY (user_id, node_id, node_version) REFERENCES prme.journal (user_id, node_id, node_version)
-    DEFERRABLE INITIALLY DEFERRED
 );
 
 COMMENT ON TABLE prme.request_keys IS

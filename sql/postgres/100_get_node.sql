@@ -17,6 +17,9 @@ DECLARE
     v_user_id text := prme._valid_user_id(get_node.user_id);
     v_node prme.nodes;
 BEGIN
+    IF get_node.node_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
+    END IF;
     SELECT * INTO v_node FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = get_node.node_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';

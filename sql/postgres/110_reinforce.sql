@@ -5,9 +5,10 @@
 --   1. validate; 2. a committed key for this same node and evidence is a replay:
 --   return the current node, write nothing, take no row lock; a key bound to
 --   anything else is PR409; 3. lock the node (missing, foreign or archived is
---   PR404) and claim the key, which also re-checks it against a call that
---   committed while we waited; 4. evidence must share the node's owner and scope;
---   5. additive caps that never reduce; 6. journal record in the same transaction.
+--   PR404) and re-check the key against a call that committed while we waited;
+--   4. evidence must share the node's owner and scope; 5. additive caps that never
+--   reduce; 6. journal record, then the key, in the same transaction; 7. an
+--   explicit_reinforcement outcome event (200_outcomes.sql), same transaction.
 -- =============================================================================
 
 CREATE FUNCTION prme._reinforced_boost(boost numeric)
@@ -40,6 +41,46 @@ $$;
 COMMENT ON FUNCTION prme._reinforced_confidence(numeric) IS
 'Internal, policy additive_caps_v1: confidence_base after one confirmation, greatest(c, least(c + 0.05, 0.95)).';
 
+CREATE FUNCTION prme._key_replays(
+    user_id text,
+    namespace text,
+    request_id uuid,
+    operation text,
+    node_id uuid,
+    evidence_id uuid
+)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_key prme.request_keys;
+BEGIN
+    SELECT k.* INTO v_key
+    FROM prme.request_keys AS k
+    WHERE k.user_id = _key_replays.user_id
+      AND k.namespace = _key_replays.namespace
+      AND k.request_id = _key_replays.request_id;
+    IF NOT FOUND THEN
+        RETURN FALSE;
+    END IF;
+    IF v_key.operation = _key_replays.operation AND v_key.node_id = _key_replays.node_id
+       AND v_key.evidence_id IS NOT DISTINCT FROM _key_replays.evidence_id THEN
+        RETURN TRUE;
+    END IF;
+    RAISE EXCEPTION USING
+        ERRCODE = 'PR409',
+        MESSAGE = 'request_id was already used for another request',
+        DETAIL = 'an idempotency key is bound to one operation, node and evidence';
+END;
+$$;
+
+COMMENT ON FUNCTION prme._key_replays(text, text, uuid, text, uuid, uuid) IS
+'Internal (volatile on purpose: each call reads with a fresh snapshot, so it sees keys committed while the '
+'caller waited for a row lock): true when a committed key binds request_id to this same operation, node and evidence (a replay); '
+'false when the key is unused; PR409 when it is bound to anything else.';
+
 CREATE FUNCTION prme.reinforce(
     node_id uuid,
     user_id text,
@@ -57,7 +98,6 @@ DECLARE
     v_node prme.nodes;
     v_after prme.nodes;
     v_entry prme.journal;
-    v_key prme.request_keys;
     v_now timestamptz := now();
 BEGIN
     IF reinforce.node_id IS NULL THEN
@@ -72,18 +112,10 @@ BEGIN
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
         END IF;
-        SELECT k.* INTO v_key
-        FROM prme.request_keys AS k
-        WHERE k.user_id = v_user_id AND k.namespace = v_node.namespace AND k.request_id = reinforce.request_id;
-        IF FOUND THEN
-            IF v_key.operation = 'reinforce' AND v_key.node_id = reinforce.node_id
-               AND v_key.evidence_id IS NOT DISTINCT FROM reinforce.evidence_id THEN
-                RETURN prme._node_view(v_node, TRUE);
-            END IF;
-            RAISE EXCEPTION USING
-                ERRCODE = 'PR409',
-                MESSAGE = 'request_id was already used for another request',
-                DETAIL = 'an idempotency key is bound to one operation, node and evidence';
+        IF prme._key_replays(
+            v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
+        ) THEN
+            RETURN prme._node_view(v_node, TRUE);
         END IF;
     END IF;
 
@@ -105,29 +137,12 @@ BEGIN
         END IF;
     END IF;
 
-    -- Claim the key. A conflict means a concurrent call committed it while we
-    -- waited for the row lock (ON CONFLICT waits for that call to finish).
-    IF reinforce.request_id IS NOT NULL THEN
-        INSERT INTO prme.request_keys (
-            user_id, namespace, request_id, operation, node_id, evidence_id, node_version, created_at
-        ) VALUES (
-            v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id,
-            reinforce.evidence_id, v_node.version + 1, v_now
-        )
-        ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN
-            SELECT k.* INTO STRICT v_key
-            FROM prme.request_keys AS k
-            WHERE k.user_id = v_user_id AND k.namespace = v_node.namespace AND k.request_id = reinforce.request_id;
-            IF v_key.operation = 'reinforce' AND v_key.node_id = reinforce.node_id
-               AND v_key.evidence_id IS NOT DISTINCT FROM reinforce.evidence_id THEN
-                RETURN prme._node_view(v_node, TRUE);
-            END IF;
-            RAISE EXCEPTION USING
-                ERRCODE = 'PR409',
-                MESSAGE = 'request_id was already used for another request',
-                DETAIL = 'an idempotency key is bound to one operation, node and evidence';
-        END IF;
+    -- Re-check the key under the row lock: a call with this key on this node that
+    -- committed while we waited for the lock is visible to this new statement.
+    IF reinforce.request_id IS NOT NULL AND prme._key_replays(
+        v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
+    ) THEN
+        RETURN prme._node_view(v_node, TRUE);
     END IF;
 
     -- 5. Additive caps; salience_base is unchanged.
@@ -158,6 +173,33 @@ BEGIN
         last_checksum = v_after.last_checksum
     WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
     INSERT INTO prme.journal SELECT v_entry.*;
+
+    -- Claim the key last, once the journal record it names exists. Calls on this
+    -- node are serialised by the row lock, so a conflict here can only be a
+    -- concurrent call that bound this key to another node of the namespace:
+    -- PR409, which also undoes this call's update and record.
+    IF reinforce.request_id IS NOT NULL THEN
+        INSERT INTO prme.request_keys (
+            user_id, namespace, request_id, operation, node_id, evidence_id, node_version, created_at
+        ) VALUES (
+            v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id,
+            reinforce.evidence_id, v_after.version, v_now
+        )
+        ON CONFLICT DO NOTHING;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR409',
+                MESSAGE = 'request_id was already used for another request',
+                DETAIL = 'an idempotency key is bound to one operation, node and evidence';
+        END IF;
+    END IF;
+
+    -- 7. The outcome event (docs/MAINTENANCE.md): an applied confirmation counts
+    -- as explicit_reinforcement; a replay returned above and appends nothing.
+    PERFORM prme._add_outcome(
+        v_user_id, reinforce.node_id, 'explicit_reinforcement', reinforce.evidence_id, NULL, NULL, NULL,
+        reinforce.request_id, 'reinforce', v_after.version, v_now
+    );
 
     RETURN prme._node_view(v_after, FALSE);
 END;

@@ -18,6 +18,9 @@ DECLARE
     v_after prme.nodes;
     v_entry prme.journal;
 BEGIN
+    IF archive_node.node_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
+    END IF;
     SELECT n.* INTO v_node
     FROM prme.nodes AS n
     WHERE n.user_id = v_user_id AND n.id = archive_node.node_id

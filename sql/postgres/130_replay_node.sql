@@ -23,6 +23,9 @@ DECLARE
     v_expected jsonb;
     v_refs jsonb;
 BEGIN
+    IF replay_node.node_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
+    END IF;
     SELECT n.* INTO v_node FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = replay_node.node_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';

@@ -111,7 +111,7 @@ $$;
 COMMENT ON FUNCTION prme.authenticate_api_token(text, text) IS
 'True when token_sha256 is a live (unrevoked) bearer token of user_id.';
 
--- EXECUTE is already revoked from PUBLIC by the schema's default privileges.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 GRANT EXECUTE ON FUNCTION prme.create_api_token(text, text, text) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.revoke_api_token(text, text) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.authenticate_api_token(text, text) TO prme_app;
