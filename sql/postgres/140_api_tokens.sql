@@ -2,7 +2,7 @@
 -- prme-pg: api_tokens (HTTP bearer tokens)
 --
 -- A token maps to exactly one owner. Only the sha256 of a token is stored. The
--- token text names its owner (prme_<base64url(user_id)>_<secret>), so a lookup
+-- token text names its owner (prme.<base64url(user_id)>.<secret>), so a lookup
 -- leads with user_id like every other key in prme, and the table stays
 -- shardable by owner. Tokens are minted by the caller (prme-pg token create),
 -- which prints them once.
