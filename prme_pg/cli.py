@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import migrations
-from .errors import MigrationError
+from .errors import MigrationError, PrmeError
 
 __all__ = ["main"]
 
@@ -114,6 +114,77 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from .demo import run_demo
+
+    return run_demo(str(args.path), console)
+
+
+def cmd_serve(args: argparse.Namespace, console: Console) -> int:
+    dsn = _require_dsn(args)
+    try:
+        import uvicorn
+
+        from .aio import AsyncMemoryClient
+        from .http import create_app
+    except ImportError as exc:
+        raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
+    console.print(f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
+    app = create_app(AsyncMemoryClient(dsn, max_size=args.pool_size))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return EXIT_OK
+
+
+def cmd_token_create(args: argparse.Namespace, console: Console) -> int:
+    from .client import MemoryClient
+
+    dsn = _require_dsn(args)
+    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+        token = memory.create_api_token(args.user, label=args.label)
+    if args.json:
+        _print_json({"user_id": args.user, "label": args.label, "token": token})
+    else:
+        # The token itself goes to stdout alone, so it can be captured; the advice to stderr.
+        Console(stderr=True).print(
+            f"new bearer token for [bold]{args.user}[/bold] (shown once; only its sha256 is stored):"
+        )
+        sys.stdout.write(token + "\n")
+    return EXIT_OK
+
+
+def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
+    from .client import MemoryClient
+
+    dsn = _require_dsn(args)
+    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+        revoked = memory.revoke_api_token(args.token)
+    if args.json:
+        _print_json({"revoked": revoked})
+    else:
+        console.print("revoked" if revoked else "no live token matched (malformed, unknown or already revoked)")
+    return EXIT_OK if revoked else EXIT_FAILURE
+
+
+def cmd_worker(args: argparse.Namespace, console: Console) -> int:
+    from .worker import WorkerStats, run_worker
+
+    dsn = _require_dsn(args)
+
+    def progress(stats: WorkerStats) -> None:
+        if not args.json and stats.last.claimed:
+            console.print(
+                f"batch {stats.batches}: committed {stats.committed}, rejected {stats.rejected}, "
+                f"blocked {stats.blocked}, retrying {stats.retry}"
+            )
+
+    finished = run_worker(dsn, worker=args.worker, batch=args.batch, until_idle=args.until_idle, on_progress=progress)
+    if args.json:
+        _print_json({"finished": finished})
+    else:
+        console.print(f"worker stopped after finishing {finished} operation(s)")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prme-pg",
@@ -140,7 +211,40 @@ def build_parser() -> argparse.ArgumentParser:
     add_dsn(migrate)
     migrate.add_argument("--sql", action="store_true", help="print the pending SQL for review instead of applying it")
     add_dsn(add("status", "Show which migrations are applied and which are pending.", cmd_status))
+
+    demo = add("demo", "Confirm a memory twice, as after a lost response, on a local pack; verify it.", cmd_demo)
+    demo.add_argument("path", nargs="?", default="./memories", help="memory pack folder (default ./memories)")
+
+    serve = add("serve", "Serve the HTTP API (needs the http extra).", cmd_serve)
+    add_dsn(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--pool-size", type=int, default=10, help="database connections (default 10)")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+    token = add("token", "Create or revoke HTTP bearer tokens.", lambda a, c: _usage(token))
+    token_sub = token.add_subparsers(dest="token_command", metavar="ACTION")
+    create = token_sub.add_parser("create", help="print a new token for one owner, once")
+    create.set_defaults(handler=cmd_token_create)
+    add_dsn(create)
+    create.add_argument("--user", required=True, help="the user_id the token acts for")
+    create.add_argument("--label", default="", help="a note to recognise the token by")
+    revoke = token_sub.add_parser("revoke", help="revoke a token")
+    revoke.set_defaults(handler=cmd_token_revoke)
+    add_dsn(revoke)
+    revoke.add_argument("token", help="the token to revoke")
+
+    worker = add("worker", "Run the operations executor until SIGTERM.", cmd_worker)
+    add_dsn(worker)
+    worker.add_argument("--worker", default=None, help="name shown in receipts (default host:pid)")
+    worker.add_argument("--batch", type=int, default=100, help="operations per transaction (1..1000)")
+    worker.add_argument("--until-idle", action="store_true", help="exit when there is nothing left to do")
     return parser
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except MigrationError as exc:
         err.print(f"[red]migration error:[/red] {exc}")
+        return EXIT_FAILURE
+    except PrmeError as exc:
+        err.print(f"[red]error:[/red] {exc}")
         return EXIT_FAILURE
     except psycopg.Error as exc:
         err.print(f"[red]database error:[/red] {exc}")

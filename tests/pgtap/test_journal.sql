@@ -120,7 +120,7 @@ SELECT results_eq(
 SELECT matches(
     prme._node_state(ROW('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 'alice', 'default', 'personal', 'fact', 'x',
         1.0000, 0.0500, 0.0001, NULL, '{}', 'low', NULL, 'active', 'medium',
-        '2026-01-02 03:04:05+00', '2026-01-02 03:04:05+00', 1, repeat('0', 64))::prme.nodes),
+        '2026-01-02 03:04:05+00', '2026-01-02 03:04:05+00', 1, repeat('0', 64), NULL)::prme.nodes),
     '"confidence_base":1,.*"evidence_refs":\[\],.*"next_review_at":null,.*"reinforcement_boost":0.0001,"salience_base":0.05,',
     'numbers 1, 0.05, 0.0001 in shortest form; empty evidence is []; NULL time is null');
 
@@ -294,7 +294,9 @@ BEGIN
         || '"operation_id":"0b0b0b0b-0000-4000-8000-0000000000f1","policy":null,'
         || '"recorded_at":"2025-06-01T12:00:00.000000Z","user_id":"legacy","version":1}';
     v.last_checksum := encode(sha256(convert_to(r, 'UTF8')), 'hex');
-    INSERT INTO prme.nodes SELECT v.*;
+    -- Named columns: nodes also has derived, generated columns.
+    INSERT INTO prme.nodes (id, user_id, namespace, scope, kind, content, confidence_base, salience_base, reinforcement_boost, last_reinforced_at, evidence_refs, stability, next_review_at, lifecycle_state, decay_profile, created_at, updated_at, version, last_checksum)
+    SELECT v.id, v.user_id, v.namespace, v.scope, v.kind, v.content, v.confidence_base, v.salience_base, v.reinforcement_boost, v.last_reinforced_at, v.evidence_refs, v.stability, v.next_review_at, v.lifecycle_state, v.decay_profile, v.created_at, v.updated_at, v.version, v.last_checksum;
     INSERT INTO prme.journal (user_id, node_id, node_version, record_version, op, operation_id, request_id,
                               evidence_id, record, checksum, prev_checksum, recorded_at)
     VALUES ('legacy', v.id, 1, 1, 'create', '0b0b0b0b-0000-4000-8000-0000000000f1', NULL, NULL, r,

@@ -62,7 +62,9 @@ BEGIN
     v.created_at := '2020-01-02 03:04:05+00'; v.updated_at := v.created_at; v.version := 1;
     e := prme._journal_entry('create', NULL, gen_random_uuid(), NULL, NULL, NULL, v);
     v.last_checksum := e.checksum;
-    INSERT INTO prme.nodes SELECT v.*;
+    -- Named columns: nodes also has derived, generated columns.
+    INSERT INTO prme.nodes (id, user_id, namespace, scope, kind, content, confidence_base, salience_base, reinforcement_boost, last_reinforced_at, evidence_refs, stability, next_review_at, lifecycle_state, decay_profile, created_at, updated_at, version, last_checksum)
+    SELECT v.id, v.user_id, v.namespace, v.scope, v.kind, v.content, v.confidence_base, v.salience_base, v.reinforcement_boost, v.last_reinforced_at, v.evidence_refs, v.stability, v.next_review_at, v.lifecycle_state, v.decay_profile, v.created_at, v.updated_at, v.version, v.last_checksum;
     INSERT INTO prme.journal SELECT e.*;
 END;
 $$;

@@ -1,0 +1,352 @@
+"""What the Python clients cost on top of the engines (issue 3, item 5).
+
+Run from the repository root:
+
+    .venv/bin/python bench/client_bench.py            # ~2 minutes
+    .venv/bin/python bench/client_bench.py --quick    # ~40 seconds
+    .venv/bin/python bench/client_bench.py --json     # one JSON document instead of the table
+
+Two comparisons, each measured side by side in one run:
+
+* PostgreSQL: ``MemoryClient.reinforce`` (argument parsing, a pool checkout, the row
+  factory building a frozen ``Node``, error translation) against a raw psycopg
+  ``SELECT * FROM prme.reinforce(...)`` with tuple rows -- on the same connection:
+  the client's pool holds exactly one, and the raw loop borrows it. Target: the
+  client costs at most 25 % more, i.e. client/raw throughput >= 0.8. Measured with
+  every commit flushed (the server defaults) and with synchronous_commit off, which
+  makes the server faster and so the client's share larger; and on replays, the
+  cheapest call the server has.
+* DuckDB: a pack's ``MemoryClient.reinforce`` (validation, the pack lock, the retry
+  loop, dataclasses) against the very same statements (the constants of
+  prme_pg.backends.duckdb) run by hand in one DuckDB transaction on a raw connection,
+  with no Python in between. Target: >= 0.8 x.
+
+The server is a throwaway cluster from this machine's binaries (prme_pg.testing).
+Calls run single-threaded, in rounds that alternate client and raw, so load from
+other processes hits both alike; every ratio is total calls over total time across
+the rounds. The Python CPU time per call (time.process_time) is shown as well: it is
+what the client adds, and other load disturbs it much less than wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from prme_pg import MemoryClient, testing
+from prme_pg.backends import duckdb as pack_sql
+from prme_pg.backends.duckdb import PACK_FILE
+
+USER = "bench"
+NODES = 200
+RAW_REINFORCE = (
+    "SELECT * FROM prme.reinforce(node_id => %(node_id)s, user_id => %(user_id)s, "
+    "evidence_id => %(evidence_id)s, request_id => %(request_id)s)"
+)
+
+
+@dataclass
+class Side:
+    calls: int = 0
+    seconds: float = 0.0
+    cpu: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds if self.seconds else 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        return 1000 * self.cpu / self.calls if self.calls else 0.0
+
+
+@dataclass
+class Comparison:
+    name: str
+    raw: Side
+    client: Side
+    target: float = 0.8
+
+    @property
+    def ratio(self) -> float:
+        return self.client.rate / self.raw.rate if self.raw.rate else 0.0
+
+
+def measure(side: Side, call: Callable[[], Any], seconds: float) -> None:
+    """Run call repeatedly for about `seconds`, adding to side's totals."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    calls, deadline = 0, wall + seconds
+    while True:
+        for _ in range(10):
+            call()
+        calls += 10
+        if time.perf_counter() >= deadline:
+            break
+    side.calls += calls
+    side.seconds += time.perf_counter() - wall
+    side.cpu += time.process_time() - cpu
+
+
+def compare(name: str, raw: Callable[[], Any], client: Callable[[], Any], rounds: int, seconds: float) -> Comparison:
+    result = Comparison(name, Side(), Side())
+    raw(), client()  # warm up: prepared statements, caches
+    for i in range(rounds):
+        pair = [(result.raw, raw), (result.client, client)]
+        for side, call in pair if i % 2 == 0 else reversed(pair):
+            measure(side, call, seconds)
+    return result
+
+
+# -- PostgreSQL --------------------------------------------------------------------------
+
+
+def postgres_comparisons(rounds: int, seconds: float) -> list[Comparison]:
+    cluster = testing.PostgresCluster.create()  # server defaults: every commit flushed
+    server = testing.Server(cluster.dsn, cluster)
+    try:
+        name = testing.create_database(server, prefix="prme_client_bench")
+        dsn = server.dsn_for(name)
+        testing.install_schema(dsn)
+        results = []
+        with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+            nodes = [memory.add_node(f"memory {i}", user_id=USER).id for i in range(NODES)]
+            pool = memory.backend.pool  # type: ignore[attr-defined]
+            turn = iter(range(1 << 62))
+
+            def client_fresh() -> None:
+                memory.reinforce(nodes[next(turn) % NODES], user_id=USER, request_id=uuid.uuid4())
+
+            def raw_fresh() -> None:
+                with pool.connection() as conn:  # the very connection the client uses
+                    conn.execute(
+                        RAW_REINFORCE,
+                        {
+                            "node_id": nodes[next(turn) % NODES],
+                            "user_id": USER,
+                            "evidence_id": None,
+                            "request_id": uuid.uuid4(),
+                        },
+                    ).fetchall()
+
+            results.append(compare("PostgreSQL reinforce, commits flushed", raw_fresh, client_fresh, rounds, seconds))
+
+            with psycopg.connect(server.dsn, autocommit=True) as admin:
+                admin.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+            pool.drain()  # new connections pick the setting up
+            results.append(
+                compare("PostgreSQL reinforce, synchronous_commit off", raw_fresh, client_fresh, rounds, seconds)
+            )
+
+            key = uuid.uuid4()
+            memory.reinforce(nodes[0], user_id=USER, request_id=key)
+            params = {"node_id": nodes[0], "user_id": USER, "evidence_id": None, "request_id": key}
+
+            def client_replay() -> None:
+                memory.reinforce(nodes[0], user_id=USER, request_id=key)
+
+            def raw_replay() -> None:
+                with pool.connection() as conn:
+                    conn.execute(RAW_REINFORCE, params).fetchall()
+
+            results.append(compare("PostgreSQL reinforce replay", raw_replay, client_replay, rounds, seconds))
+        return results
+    finally:
+        server.close()
+
+
+# -- DuckDB ------------------------------------------------------------------------------
+
+
+def _new_pack(root: Path, label: str) -> tuple[Path, list[uuid.UUID]]:
+    path = root / label
+    with MemoryClient(path) as memory:
+        nodes = [memory.add_node(f"memory {i}", user_id=USER).id for i in range(NODES)]
+    return path, nodes
+
+
+def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
+    root = Path(tempfile.mkdtemp(prefix="prme-client-bench-"))
+    try:
+        client_path, client_nodes = _new_pack(root, "client")
+        raw_path, raw_nodes = _new_pack(root, "raw")
+        memory = MemoryClient(client_path)
+        con = duckdb.connect(str(raw_path / PACK_FILE))
+        turn = iter(range(1 << 62))
+
+        def client_fresh() -> None:
+            memory.reinforce(client_nodes[next(turn) % NODES], user_id=USER, request_id=uuid.uuid4())
+
+        def raw_fresh() -> None:
+            # The client's statements, in the client's order, in one transaction.
+            node_id, request_id, now = raw_nodes[next(turn) % NODES], uuid.uuid4(), _now()
+            lookup = {"user_id": USER, "node_id": node_id, "evidence_id": None, "request_id": request_id}
+            con.execute("BEGIN TRANSACTION")
+            node = con.execute(pack_sql.REINFORCE_LOOKUP, lookup).fetchone()[0]  # type: ignore[index]
+            operation_id = uuid.uuid4()
+            after, record, checksum = con.execute(  # type: ignore[misc]
+                pack_sql.REINFORCE_ENTRY, {**lookup, "operation_id": operation_id, "now": now}
+            ).fetchone()
+            con.execute(
+                pack_sql.UPDATE_NODE,
+                {
+                    "user_id": USER,
+                    "id": node_id,
+                    "confidence_base": after["confidence_base"],
+                    "reinforcement_boost": after["reinforcement_boost"],
+                    "last_reinforced_at": now,
+                    "lifecycle_state": after["lifecycle_state"],
+                    "updated_at": now,
+                    "version": after["version"],
+                    "last_checksum": checksum,
+                },
+            )
+            con.execute(
+                pack_sql.UPDATE_EVIDENCE, {"user_id": USER, "id": node_id, "evidence_refs": after["evidence_refs"]}
+            )
+            con.execute(
+                pack_sql.INSERT_JOURNAL,
+                {
+                    "user_id": USER,
+                    "node_id": node_id,
+                    "node_version": after["version"],
+                    "op": "reinforce",
+                    "operation_id": operation_id,
+                    "request_id": request_id,
+                    "evidence_id": None,
+                    "record": record,
+                    "checksum": checksum,
+                    "prev_checksum": node["last_checksum"],
+                    "recorded_at": now,
+                },
+            )
+            con.execute(
+                pack_sql.INSERT_KEY,
+                {
+                    "user_id": USER,
+                    "namespace": node["namespace"],
+                    "request_id": request_id,
+                    "operation": "reinforce",
+                    "node_id": node_id,
+                    "evidence_id": None,
+                    "node_version": after["version"],
+                    "created_at": now,
+                },
+            )
+            con.execute("COMMIT")
+
+        results = [compare("DuckDB pack reinforce", raw_fresh, client_fresh, rounds, seconds)]
+
+        key = uuid.uuid4()
+        memory.reinforce(client_nodes[0], user_id=USER, request_id=key)
+        replay_lookup = {"user_id": USER, "node_id": raw_nodes[0], "evidence_id": None, "request_id": key}
+        con.execute(
+            pack_sql.INSERT_KEY,
+            {
+                "user_id": USER,
+                "namespace": "default",
+                "request_id": key,
+                "operation": "reinforce",
+                "node_id": raw_nodes[0],
+                "evidence_id": None,
+                "node_version": 2,
+                "created_at": _now(),
+            },
+        )
+
+        def client_replay() -> None:
+            memory.reinforce(client_nodes[0], user_id=USER, request_id=key)
+
+        def raw_replay() -> None:
+            con.execute("BEGIN TRANSACTION")
+            con.execute(pack_sql.REINFORCE_LOOKUP, replay_lookup).fetchone()
+            con.execute("COMMIT")
+
+        results.append(compare("DuckDB pack reinforce replay", raw_replay, client_replay, rounds, seconds))
+        memory.close()
+        con.close()
+        return results
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def report(results: list[Comparison], console: Console) -> None:
+    table = Table(title="Client overhead: throughput of the same call, client vs raw, one run")
+    for column in (
+        "workload",
+        "raw calls/s",
+        "client calls/s",
+        "client/raw",
+        "target",
+        "",
+        "raw CPU ms/call",
+        "client CPU ms/call",
+    ):
+        table.add_column(column, justify="left" if column == "workload" else "right")
+    for r in results:
+        table.add_row(
+            r.name,
+            f"{r.raw.rate:,.0f}",
+            f"{r.client.rate:,.0f}",
+            f"{r.ratio:.2f}",
+            f">= {r.target:.2f}",
+            "[green]ok[/]" if r.ratio >= r.target else "[red]below[/]",
+            f"{r.raw.cpu_ms:.3f}",
+            f"{r.client.cpu_ms:.3f}",
+        )
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    parser.add_argument("--rounds", type=int, help="rounds per comparison (default 6, quick 2)")
+    parser.add_argument("--seconds", type=float, help="seconds per side per round (default 3, quick 2)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (2 if args.quick else 6)
+    seconds = args.seconds or (2.0 if args.quick else 3.0)
+
+    console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 150)
+    with console.status("PostgreSQL: client vs raw psycopg ..."):
+        results = postgres_comparisons(rounds, seconds)
+    with console.status("DuckDB: pack client vs the same statements by hand ..."):
+        results += duckdb_comparisons(rounds, seconds)
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {**asdict(r), "ratio": r.ratio, "raw_rate": r.raw.rate, "client_rate": r.client.rate}
+                    for r in results
+                ],
+                indent=2,
+            )
+        )
+    else:
+        report(results, console)
+    return 0 if all(r.ratio >= r.target for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

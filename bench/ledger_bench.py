@@ -1,0 +1,333 @@
+"""prme-pg operations ledger benchmark (issue 6, item 8).
+
+Run from the repository root:
+
+    .venv/bin/python bench/ledger_bench.py            # ~3 minutes
+    .venv/bin/python bench/ledger_bench.py --quick    # ~1 minute
+
+It starts its own throwaway cluster from this machine's PostgreSQL binaries with the
+server defaults (fsync on, synchronous_commit on: every commit waits for its WAL
+flush), applies the migrations and measures, in one run:
+
+* submits per second: ``prme.submit_operation`` of a new add_node operation (the
+  database recomputes the payload's RFC 8785 hash, stores the operation, appends
+  its event and notifies), by pgbench at 8 clients with prepared statements,
+  against the floor of the core benchmark: one single-row INSERT per commit
+  (bench/pgbench/single_insert.sql), in alternating rounds. Target: >= 0.5x.
+* the no-logic limit: the same two rows (operation and acceptance event) written by
+  one statement without validation, hash check, idempotency or NOTIFY, for context;
+* resubmits per second: the same call with an operation id that is already stored
+  (the retry after a lost response: the stored receipt, nothing written).
+* drain rate: operations committed per second by ``prme-pg worker`` executors
+  (prme_pg.worker.run_worker, batches of 100) emptying a backlog of add_node
+  operations, at 2 workers and, for context, at 1.
+
+Quote ratios, not absolute numbers: they depend on the machine. Results are printed
+as a table and written as JSON to bench/results/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import rfc8785
+from rich.console import Console
+from rich.table import Table
+
+from prme_pg import testing
+from prme_pg import worker as ledger_worker
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+SINGLE_INSERT = BENCH_DIR / "pgbench" / "single_insert.sql"
+OWNERS = 100
+TARGET = 0.5
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+PAYLOAD = {
+    "content": "The user prefers short answers with code examples and works in Europe/Berlin",
+    "scope": "personal",
+    "kind": "preference",
+    "confidence_base": 0.7,
+    "salience_base": 0.5,
+}
+
+# pgbench scripts. Variables come from -D; with --protocol=prepared they are parameters.
+SUBMIT_SCRIPT = """\
+-- A new operation: a fresh id from a random owner, the payload and its hash computed by the client.
+\\set u random(0, :owners - 1)
+SELECT created FROM prme.submit_operation(
+    'user_' || :u::text, gen_random_uuid(), 2, 'add_node', '{}', :hash, :payload::jsonb
+);
+"""
+
+RESUBMIT_SCRIPT = """\
+-- The retry of a stored operation: operation i of owner i % owners, id md5('op:' || i).
+\\set i random(1, :stored)
+\\set u :i % :owners
+SELECT created FROM prme.submit_operation(
+    'user_' || :u::text, md5('op:' || :i::text)::uuid, 2, 'add_node', '{}', :hash, :payload::jsonb
+);
+"""
+
+NO_LOGIC_SCRIPT = """\
+-- The same rows as a new submit, written by one statement with no logic at all: no
+-- validation, no hash check, no idempotency, no NOTIFY (the limit for this data).
+\\set u random(0, :owners - 1)
+WITH o AS (
+    INSERT INTO prme.operations (
+        user_id, operation_id, schema_version, kind, dependencies, payload_hash, payload, state, blocked_by,
+        attempts, next_attempt_at, last_event_seq, created_at, updated_at
+    ) VALUES (
+        'user_' || :u::text, gen_random_uuid(), 2, 'add_node', '{}', :hash, :payload::jsonb, 'accepted', '{}',
+        0, now(), 1, now(), now()
+    )
+    RETURNING user_id, operation_id
+)
+INSERT INTO prme.operation_events (user_id, seq, operation_id, operation_seq, state, detail, created_at)
+SELECT o.user_id, pg_current_xact_id()::text::bigint << 20, o.operation_id, 1, 'accepted', '{}', now() FROM o;
+"""
+
+SINGLE_INSERT_FALLBACK = """\
+\\set u random(0, :owners - 1)
+INSERT INTO bench.single_rows (user_id, id, content)
+VALUES ('user_' || :u::text, gen_random_uuid(), 'Benchmark row: the user prefers short answers with code examples');
+"""
+
+SETUP_SQL = """
+CREATE SCHEMA bench;
+CREATE TABLE bench.single_rows (
+    user_id text NOT NULL,
+    id uuid NOT NULL,
+    content text NOT NULL,
+    PRIMARY KEY (user_id, id)
+);
+"""
+
+# A backlog of n add_node operations with distinct contents, submitted set-based.
+BACKLOG_SQL = """
+SELECT count(prme.submit_operation(
+    'user_' || (i %% %(owners)s), gen_random_uuid(), 2, 'add_node', '{}',
+    prme.payload_hash(jsonb_build_object('content', 'Backlog memory ' || i || ' ' || %(tag)s)),
+    jsonb_build_object('content', 'Backlog memory ' || i || ' ' || %(tag)s)
+))
+FROM generate_series(1, %(n)s) AS i
+"""
+
+STORED_SQL = """
+SELECT count(prme.submit_operation(
+    'user_' || (i %% %(owners)s), md5('op:' || i)::uuid, 2, 'add_node', '{}', %(hash)s, %(payload)s::jsonb
+))
+FROM generate_series(1, %(n)s) AS i
+"""
+
+
+class Bench:
+    def __init__(self, cluster: testing.PostgresCluster, database: str, workdir: Path) -> None:
+        self.cluster = cluster
+        self.database = database
+        self.dsn = testing.Server(cluster.dsn).dsn_for(database)
+        self.workdir = workdir
+        self.payload_text = json.dumps(PAYLOAD)
+        self.hash = hashlib.sha256(rfc8785.dumps(PAYLOAD)).hexdigest()
+
+    def execute(self, statement: str, params: dict[str, Any] | None = None) -> Any:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cur = conn.execute(statement, params)  # type: ignore[arg-type]
+            return cur.fetchone() if cur.description else None
+
+    def script(self, name: str, text: str) -> Path:
+        path = self.workdir / name
+        path.write_text(text)
+        return path
+
+    def pgbench(self, script: Path, clients: int, seconds: int, variables: dict[str, str]) -> float:
+        command = [
+            str(self.cluster.bindir / "pgbench"),
+            "-h", "127.0.0.1", "-p", str(self.cluster.port), "-U", "postgres",
+            "--no-vacuum", "--protocol=prepared",
+            "-c", str(clients), "-j", str(min(clients, os.cpu_count() or 1)),
+            "-T", str(seconds), "-f", str(script),
+        ]  # fmt: skip
+        for name, value in {"owners": str(OWNERS), "rtt": "0", **variables}.items():
+            command += ["-D", f"{name}={value}"]
+        command.append(self.database)
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        out = result.stdout + result.stderr
+        if result.returncode != 0 or "aborted" in out:
+            raise RuntimeError(f"pgbench {script.name} failed ({result.returncode}):\n{out}")
+        match = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
+        if match is None:
+            raise RuntimeError(f"pgbench output lacks tps:\n{out}")
+        return float(match.group(1))
+
+    def drain(self, workers: int, backlog: int) -> tuple[float, float]:
+        """Submit a backlog, then time `workers` executors emptying it: (ops/s, seconds)."""
+        row = self.execute(BACKLOG_SQL, {"owners": OWNERS, "n": backlog, "tag": f"w{workers}"})
+        assert row is not None and row[0] == backlog
+        self.execute("VACUUM ANALYZE prme.operations")
+        self.execute("CHECKPOINT")
+        done: list[int] = []
+        errors: list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                done.append(
+                    ledger_worker.run_worker(
+                        self.dsn, worker=f"bench-{i}", batch=100, until_idle=True, install_signal_handlers=False
+                    )
+                )
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
+        if errors:
+            raise errors[0]
+        left = self.execute("SELECT count(*) FROM prme.operations WHERE state <> 'committed'")
+        if sum(done) != backlog or (left is not None and left[0] != 0):
+            raise RuntimeError(f"drain incomplete: finished {sum(done)} of {backlog}, {left} not committed")
+        return backlog / elapsed, elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="shorter rounds and a smaller backlog")
+    parser.add_argument("--clients", type=int, default=8, help="pgbench clients for submits (8)")
+    parser.add_argument("--seconds", type=int, default=None, help="seconds per pgbench round (15; quick: 6)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of each workload (2; quick: 1)")
+    parser.add_argument("--backlog", type=int, default=None, help="operations per drain (20000; quick: 5000)")
+    args = parser.parse_args(argv)
+    seconds = args.seconds or (6 if args.quick else 15)
+    rounds = args.rounds or (1 if args.quick else 2)
+    backlog = args.backlog or (5000 if args.quick else 20000)
+
+    console.print("starting a throwaway cluster (fsync on, synchronous_commit on)...")
+    cluster = testing.PostgresCluster.create({"max_wal_size": "4GB", "checkpoint_timeout": "30min"})
+    try:
+        server = testing.Server(cluster.dsn)
+        database = testing.create_database(server, prefix="prme_ledger_bench")
+        testing.install_schema(server.dsn_for(database))
+        with tempfile.TemporaryDirectory(prefix="prme-ledger-bench-") as tmp:
+            bench = Bench(cluster, database, Path(tmp))
+            bench.execute(SETUP_SQL)
+            stored = 10000
+            bench.execute(
+                STORED_SQL, {"owners": OWNERS, "n": stored, "hash": bench.hash, "payload": bench.payload_text}
+            )
+            single = (
+                SINGLE_INSERT if SINGLE_INSERT.exists() else bench.script("single_insert.sql", SINGLE_INSERT_FALLBACK)
+            )
+            submit = bench.script("submit_operation.sql", SUBMIT_SCRIPT)
+            resubmit = bench.script("resubmit_operation.sql", RESUBMIT_SCRIPT)
+            no_logic = bench.script("no_logic_submit.sql", NO_LOGIC_SCRIPT)
+            variables = {"hash": bench.hash, "payload": bench.payload_text, "stored": str(stored)}
+
+            tps: dict[str, list[float]] = {"single_insert": [], "submit": [], "no_logic": [], "resubmit": []}
+            order = [("single_insert", single), ("submit", submit), ("no_logic", no_logic), ("resubmit", resubmit)]
+            for round_ in range(rounds):
+                for name, script in order if round_ % 2 == 0 else list(reversed(order)):
+                    bench.execute("CHECKPOINT")
+                    console.print(f"round {round_ + 1}/{rounds}: {name} ({args.clients} clients, {seconds} s)")
+                    tps[name].append(bench.pgbench(script, args.clients, seconds, variables))
+
+            # Each drain on a fresh database: the pgbench rounds left their operations behind.
+            drains: dict[int, tuple[float, float]] = {}
+            for workers in (2, 1):
+                console.print(f"drain: {backlog} operations, {workers} worker(s)...")
+                fresh = testing.create_database(server, prefix="prme_ledger_drain")
+                testing.install_schema(server.dsn_for(fresh))
+                drains[workers] = Bench(cluster, fresh, Path(tmp)).drain(workers, backlog)
+                testing.drop_database(server, fresh)
+    finally:
+        cluster.destroy()
+
+    mean = {name: sum(values) / len(values) for name, values in tps.items()}
+    ratio = mean["submit"] / mean["single_insert"]
+    table = Table(
+        title=f"prme-pg operations ledger: pgbench -M prepared, {args.clients} clients, synchronous_commit on, "
+        f"{rounds} x {seconds} s rounds; {os.cpu_count()} CPUs"
+    )
+    table.add_column("workload")
+    table.add_column("what", overflow="fold")
+    table.add_column("per second", justify="right")
+    table.add_column("vs single INSERT", justify="right")
+    table.add_column("target", justify="right")
+    table.add_row(
+        "single_insert", "one single-row INSERT per commit (the floor)", f"{mean['single_insert']:,.0f}", "1.00x", ""
+    )
+    table.add_row(
+        "submit",
+        "prme.submit_operation, new id: hash check, operation, event, throttled NOTIFY",
+        f"{mean['submit']:,.0f}",
+        f"{ratio:.2f}x",
+        f">= {TARGET:.1f}x {'ok' if ratio >= TARGET else 'MISSED'}",
+    )
+    table.add_row(
+        "no_logic",
+        "the same two rows in one statement, no checks: the limit for this data",
+        f"{mean['no_logic']:,.0f}",
+        f"{mean['no_logic'] / mean['single_insert']:.2f}x",
+        f"submit = {mean['submit'] / mean['no_logic']:.2f}x of it",
+    )
+    table.add_row(
+        "resubmit",
+        "prme.submit_operation, stored id: the receipt, nothing written",
+        f"{mean['resubmit']:,.0f}",
+        f"{mean['resubmit'] / mean['single_insert']:.2f}x",
+        "",
+    )
+    for workers, (rate, elapsed) in sorted(drains.items(), reverse=True):
+        table.add_row(
+            f"drain x{workers}",
+            f"operations committed by {workers} worker(s), batches of 100 ({backlog} in {elapsed:.1f} s)",
+            f"{rate:,.0f}",
+            "",
+            "",
+        )
+    console.print(table)
+
+    RESULTS_DIR.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = RESULTS_DIR / f"ledger-{stamp}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "clients": args.clients,
+                "seconds": seconds,
+                "rounds": rounds,
+                "tps": tps,
+                "submit_vs_single_insert": ratio,
+                "submit_vs_no_logic": mean["submit"] / mean["no_logic"],
+                "drain": {str(k): {"ops_per_s": v[0], "seconds": v[1], "backlog": backlog} for k, v in drains.items()},
+                "cpus": os.cpu_count(),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    console.print(f"results written to {out.relative_to(BENCH_DIR.parent)}")
+    return 0 if ratio >= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""The asyncio client, :class:`AsyncMemoryClient`: the same API as :class:`~prme_pg.MemoryClient`.
+
+On PostgreSQL it runs on a :class:`psycopg_pool.AsyncConnectionPool`. On a memory
+pack each call runs in a worker thread under an :class:`asyncio.Lock` and always
+runs to completion: a call cancelled by its caller may already have committed (or
+commit a moment later), and a retry with the same ``request_id`` is then a replay::
+
+    async with AsyncMemoryClient("postgresql://app@db/prme") as memory:
+        node = await memory.reinforce(node_id, user_id="alice", request_id=key)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
+from decimal import Decimal
+from types import TracebackType
+from typing import Any, Self
+from uuid import UUID
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from .backends import (
+    ArchiveNode,
+    AsyncBackend,
+    AuthenticateApiToken,
+    CreateApiToken,
+    GetNode,
+    JournalRecords,
+    Readiness,
+    ReplayNode,
+    RevokeApiToken,
+    VerifyJournal,
+)
+from .backends.duckdb import DEFAULT_PATH, AsyncDuckDBBackend
+from .backends.postgres import AsyncPostgresBackend, is_dsn
+from .client import (
+    Fraction,
+    Target,
+    add_event_request,
+    add_node_request,
+    check_pack_options,
+    check_page_size,
+    list_nodes_request,
+    parse_uuid,
+    reinforce_request,
+)
+from .journal import verify_records
+from .models import Event, JournalIssue, JournalRecord, Node, NodeHead, ReplayResult
+from .tokens import new_token, parse_token, token_sha256
+
+__all__ = ["AsyncMemoryClient"]
+
+
+class AsyncMemoryClient:
+    """Asynchronous prme-pg client over PostgreSQL or a DuckDB memory pack.
+
+    Options are those of :class:`~prme_pg.MemoryClient`. Open it with ``async with``
+    or ``await client.open()``; close it with :meth:`close`. Share one client
+    between tasks.
+    """
+
+    def __init__(
+        self,
+        target: Target = DEFAULT_PATH,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        clock: Callable[[], datetime] | None = None,
+        new_id: Callable[[], UUID] | None = None,
+    ) -> None:
+        check_pack_options(target, clock, new_id)
+        self.target = os.fspath(target)
+        self._backend: AsyncBackend
+        if is_dsn(target):  # a str DSN; every PathLike is a pack
+            self._backend = AsyncPostgresBackend.create(
+                self.target, min_size=min_size, max_size=max_size, timeout=timeout, **(connect_kwargs or {})
+            )
+        else:
+            self._backend = AsyncDuckDBBackend(self.target, clock=clock, new_id=new_id)
+        self._owns_backend = True
+        self._closed = False
+
+    @classmethod
+    def from_pool(cls, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> Self:
+        """A client over an (open) pool you configure and own; it is not closed with the client."""
+        client = cls.__new__(cls)
+        client.target = str(pool.conninfo)
+        client._backend = AsyncPostgresBackend(pool)
+        client._owns_backend = False
+        client._closed = False
+        return client
+
+    @property
+    def backend(self) -> AsyncBackend:
+        return self._backend
+
+    async def open(self) -> Self:
+        """Open the pool (waiting for its first connection) or the pack."""
+        if self._owns_backend:
+            await self._backend.open()
+        return self
+
+    async def close(self) -> None:
+        """Close the pool or the pack, after any call still finishing. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            if self._owns_backend:
+                await self._backend.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        kind = "postgres" if isinstance(self._backend, AsyncPostgresBackend) else "pack"
+        return f"<{type(self).__name__} {kind} {state}>"
+
+    # -- the API (see MemoryClient for each method's contract) --
+
+    async def add_node(
+        self,
+        content: str,
+        *,
+        user_id: str,
+        scope: str = "personal",
+        namespace: str = "default",
+        kind: str = "fact",
+        confidence_base: Fraction = Decimal("0.5"),
+        salience_base: Fraction = Decimal("0.5"),
+        stability: str = "low",
+        decay_profile: str = "medium",
+        next_review_at: datetime | None = None,
+        node_id: UUID | str | None = None,
+    ) -> Node:
+        return await self._backend.execute(
+            add_node_request(
+                content,
+                user_id,
+                scope,
+                namespace,
+                kind,
+                confidence_base,
+                salience_base,
+                stability,
+                decay_profile,
+                next_review_at,
+                node_id,
+            )
+        )
+
+    async def add_event(
+        self,
+        content: str,
+        *,
+        user_id: str,
+        scope: str = "personal",
+        namespace: str = "default",
+        kind: str = "message",
+        payload: Mapping[str, Any] | None = None,
+        occurred_at: datetime | None = None,
+        event_id: UUID | str | None = None,
+    ) -> Event:
+        return await self._backend.execute(
+            add_event_request(content, user_id, scope, namespace, kind, payload, occurred_at, event_id)
+        )
+
+    async def get_node(self, node_id: UUID | str, *, user_id: str) -> Node:
+        return await self._backend.execute(GetNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    async def list_nodes(
+        self,
+        *,
+        user_id: str,
+        namespace: str | None = None,
+        after_node_id: UUID | str | None = None,
+        max_count: int = 100,
+    ) -> list[Node]:
+        return await self._backend.execute(list_nodes_request(user_id, namespace, after_node_id, max_count))
+
+    async def iter_nodes(
+        self, *, user_id: str, namespace: str | None = None, page_size: int = 100
+    ) -> AsyncIterator[Node]:
+        page_size = check_page_size(page_size)
+        after: UUID | None = None
+        while True:
+            page = await self.list_nodes(user_id=user_id, namespace=namespace, after_node_id=after, max_count=page_size)
+            for node in page:
+                yield node
+            if len(page) < page_size:
+                return
+            after = page[-1].id
+
+    async def reinforce(
+        self,
+        node_id: UUID | str,
+        evidence_id: UUID | str | None = None,
+        *,
+        user_id: str,
+        request_id: UUID | str | None = None,
+    ) -> Node:
+        return await self._backend.execute(reinforce_request(node_id, evidence_id, user_id, request_id))
+
+    async def archive_node(self, node_id: UUID | str, *, user_id: str) -> Node:
+        return await self._backend.execute(ArchiveNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    async def verify_journal(self, *, user_id: str, independent: bool = False) -> list[JournalIssue]:
+        if independent:
+            records, heads = await self.journal_records(user_id=user_id)
+            return verify_records(records, heads)
+        return await self._backend.execute(VerifyJournal(user_id=user_id))
+
+    async def replay_node(self, node_id: UUID | str, *, user_id: str) -> ReplayResult:
+        return await self._backend.execute(ReplayNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    async def journal_records(self, *, user_id: str) -> tuple[list[JournalRecord], list[NodeHead]]:
+        return await self._backend.execute(JournalRecords(user_id=user_id))
+
+    async def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
+        """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
+        return await self._backend.execute(AuthenticateApiToken(user_id=user_id, token_sha256=token_sha256))
+
+    async def create_api_token(self, user_id: str, *, label: str = "") -> str:
+        """Mint a bearer token for ``user_id``; only its sha256 is stored, so show it once (PostgreSQL only)."""
+        token = new_token(user_id)
+        await self._backend.execute(CreateApiToken(user_id=user_id, token_sha256=token_sha256(token), label=label))
+        return token
+
+    async def revoke_api_token(self, token: str) -> bool:
+        """Revoke a bearer token; false when it is malformed, unknown or already revoked (PostgreSQL only)."""
+        parsed = parse_token(token)
+        if parsed is None:
+            return False
+        return await self._backend.execute(RevokeApiToken(user_id=parsed.user_id, token_sha256=parsed.sha256))
+
+    async def readiness(self) -> tuple[bool, list[str]]:
+        """Whether the database accepts writes, and its applied migrations as ``version:sha256``
+        (PostgreSQL only)."""
+        return await self._backend.execute(Readiness())

@@ -1,0 +1,214 @@
+"""Backends: the bottom layer, where calls become SQL.
+
+A client turns each method call into a *request* (a frozen dataclass below, its
+arguments already parsed and typed) and hands it to a backend's ``execute``. One
+module per engine owns every SQL statement sent to it:
+
+* :mod:`prme_pg.backends.postgres` -- one ``SELECT * FROM prme.<function>(...)``
+  per request; the rules run in PL/pgSQL;
+* :mod:`prme_pg.backends.duckdb` -- a memory pack; each request is one DuckDB
+  transaction whose rules are the macros of ``sql/duckdb``.
+
+Requests are shared by the sync and async clients, so both build exactly the same
+calls; backends never import from the client layer above them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Generic, Protocol, TypeVar
+from uuid import UUID
+
+from ..models import Event, JournalIssue, JournalRecord, Node, NodeHead, ReplayResult
+
+__all__ = [
+    "AddEvent",
+    "AddNode",
+    "ArchiveNode",
+    "AsyncBackend",
+    "AuthenticateApiToken",
+    "CreateApiToken",
+    "GetNode",
+    "JournalRecords",
+    "ListNodes",
+    "Readiness",
+    "Reinforce",
+    "ReplayNode",
+    "Request",
+    "RevokeApiToken",
+    "SyncBackend",
+    "VerifyJournal",
+    "journal_rows",
+]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Request(Generic[T_co]):
+    """A call to the engine whose result is a ``T_co``."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddNode(Request[Node]):
+    user_id: str
+    content: str
+    scope: str
+    namespace: str
+    kind: str
+    confidence_base: Decimal
+    salience_base: Decimal
+    stability: str
+    decay_profile: str
+    next_review_at: datetime | None
+    node_id: UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class AddEvent(Request[Event]):
+    user_id: str
+    content: str
+    scope: str
+    namespace: str
+    kind: str
+    payload: dict[str, Any] = field(hash=False)
+    occurred_at: datetime | None
+    event_id: UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class GetNode(Request[Node]):
+    user_id: str
+    node_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ListNodes(Request[list[Node]]):
+    user_id: str
+    namespace: str | None
+    after_node_id: UUID | None
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reinforce(Request[Node]):
+    node_id: UUID
+    user_id: str
+    evidence_id: UUID | None
+    request_id: UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveNode(Request[Node]):
+    user_id: str
+    node_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyJournal(Request[list[JournalIssue]]):
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayNode(Request[ReplayResult]):
+    user_id: str
+    node_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecords(Request[tuple[list[JournalRecord], list[NodeHead]]]):
+    """The raw journal of one owner and each node's head, for the independent verifier."""
+
+    user_id: str
+
+
+def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[JournalRecord], list[NodeHead]]:
+    """Split rows of the journal-with-heads query (both backends run the same one)
+    into records and one head per node.
+
+    Each row is ``(node id, node version, last_checksum, journal columns...)``; a
+    node without records has NULL journal columns.
+    """
+    records: list[JournalRecord] = []
+    heads: dict[UUID, NodeHead] = {}
+    for (
+        node_id,
+        version,
+        last_checksum,
+        node_version,
+        record_version,
+        op,
+        operation_id,
+        request_id,
+        evidence_id,
+        record,
+        checksum,
+        prev_checksum,
+    ) in rows:
+        heads.setdefault(node_id, NodeHead(node_id, version, last_checksum))
+        if node_version is not None:
+            records.append(
+                JournalRecord(
+                    user_id,
+                    node_id,
+                    node_version,
+                    record_version,
+                    op,
+                    operation_id,
+                    request_id,
+                    evidence_id,
+                    record,
+                    checksum,
+                    prev_checksum,
+                )
+            )
+    return records, list(heads.values())
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticateApiToken(Request[bool]):
+    """Whether token_sha256 is a live bearer token of user_id (PostgreSQL only)."""
+
+    user_id: str
+    token_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateApiToken(Request[datetime]):
+    """Register the sha256 of a new bearer token of user_id (PostgreSQL only); returns its creation time."""
+
+    user_id: str
+    token_sha256: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeApiToken(Request[bool]):
+    """Revoke a live bearer token of user_id by its sha256 (PostgreSQL only); false when none matched."""
+
+    user_id: str
+    token_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness(Request[tuple[bool, list[str]]]):
+    """Whether the database accepts writes, and its applied migrations as version:sha256."""
+
+
+class SyncBackend(Protocol):
+    def execute(self, request: Request[T]) -> T: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncBackend(Protocol):
+    async def open(self) -> None: ...
+
+    async def execute(self, request: Request[T]) -> T: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,927 @@
+"""The DuckDB backend: a memory pack, the engine embedded in a folder.
+
+A pack is a folder (``./memories`` by default) holding one DuckDB file,
+``pack.duckdb``, with the tables of ``sql/duckdb/010_tables.sql`` -- the same
+tables and columns as PostgreSQL -- and the rules as DuckDB macros
+(``020_rules.sql``, ``030_checks.sql``) that produce byte-identical journal
+records. It is created on first open; the macros are recreated on every open.
+
+Every call is one DuckDB transaction (BEGIN, statements, COMMIT; ROLLBACK on any
+exception) run while holding the pack's lock, so calls never interleave: the
+lock is what PostgreSQL's row lock and key claim are to ``prme.reinforce``.
+Because the work runs to completion once started, an async call cancelled by
+its caller may still commit, and a retry with the same ``request_id`` is then a
+replay. Write-write conflicts (another connection writing the same rows
+outside this module) are retried, never reported as lost data.
+
+Validation and errors are PostgreSQL's (``sql/postgres/030_validation.sql``):
+the same checks, messages and error classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import duckdb
+
+from ..errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
+from ..models import Event, JournalIssue, Node, ReplayResult
+from . import (
+    AddEvent,
+    AddNode,
+    ArchiveNode,
+    AuthenticateApiToken,
+    CreateApiToken,
+    GetNode,
+    JournalRecords,
+    ListNodes,
+    Readiness,
+    Reinforce,
+    ReplayNode,
+    Request,
+    RevokeApiToken,
+    VerifyJournal,
+    journal_rows,
+)
+
+__all__ = [
+    "DEFAULT_PATH",
+    "FORMAT_VERSION",
+    "PACK_FILE",
+    "AsyncDuckDBBackend",
+    "DuckDBBackend",
+    "PackClosedError",
+    "PackInUseError",
+    "sql_directory",
+]
+
+T = TypeVar("T")
+
+DEFAULT_PATH = "./memories"
+PACK_FILE = "pack.duckdb"
+#: Layout version of the tables in a pack; a newer pack is refused, not misread.
+FORMAT_VERSION = 1
+#: How long one call keeps retrying while another connection conflicts with it.
+CONFLICT_TIMEOUT = 10.0
+
+
+class PackInUseError(PrmeError):
+    """Another process has the memory pack open (DuckDB allows one writer process)."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        pid = re.search(r"PID (\d+)", detail)
+        holder = f"process {pid.group(1)}" if pid else "another process"
+        super().__init__(
+            f"the memory pack at {path} is in use by {holder}; a pack can be open in one "
+            f"process at a time: close it there, or use another folder ({detail})"
+        )
+        self.path = path
+
+
+class PackClosedError(PrmeError):
+    """The client was closed; open a new one."""
+
+
+def sql_directory() -> Path:
+    """``sql/duckdb``: the checkout's, or the copy inside the wheel."""
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package.parent / "sql" / "duckdb", package / "_sql" / "sql" / "duckdb"):
+        if candidate.is_dir():
+            return candidate
+    raise PrmeError(f"no sql/duckdb folder found next to {package}")
+
+
+# -- statements ----------------------------------------------------------------
+# Node columns as returned to callers: every column but the derived last_checksum.
+_NODE_COLUMNS = (
+    "id, user_id, namespace, scope, kind, content, confidence_base, salience_base, "
+    "reinforcement_boost, last_reinforced_at, evidence_refs, stability, next_review_at, "
+    "lifecycle_state, decay_profile, created_at, updated_at, version"
+)
+
+GET_NODE = f"SELECT {_NODE_COLUMNS} FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
+
+LIST_NODES = (
+    f"SELECT {_NODE_COLUMNS} FROM prme.nodes "
+    "WHERE user_id = $user_id "
+    "AND (CAST($namespace AS VARCHAR) IS NULL OR namespace = CAST($namespace AS VARCHAR)) "
+    "AND (CAST($after_node_id AS UUID) IS NULL OR id > CAST($after_node_id AS UUID)) "
+    "ORDER BY id LIMIT $max_count"
+)
+
+# The new node and its create record, built by the rules' macros.
+CREATE_ENTRY = """
+SELECT q.state, q.record, sha256(q.record) AS checksum
+FROM (
+    SELECT s.state, prme.journal_record_v2(
+        'create', NULL, CAST($operation_id AS UUID), NULL, s.state.user_id, s.state.id, NULL,
+        NULL, prme.node_state_unfixed(s.state), NULL, s.state.updated_at
+    ) AS record
+    FROM (
+        SELECT {
+            'id': CAST($node_id AS UUID),
+            'user_id': CAST($user_id AS VARCHAR),
+            'namespace': CAST($namespace AS VARCHAR),
+            'scope': CAST($scope AS VARCHAR),
+            'kind': CAST($kind AS VARCHAR),
+            'content': CAST($content AS VARCHAR),
+            'confidence_base': CAST($confidence_base AS DECIMAL(5, 4)),
+            'salience_base': CAST($salience_base AS DECIMAL(5, 4)),
+            'reinforcement_boost': CAST(0 AS DECIMAL(5, 4)),
+            'last_reinforced_at': CAST(NULL AS TIMESTAMPTZ),
+            'evidence_refs': CAST([] AS UUID []),
+            'stability': CAST($stability AS VARCHAR),
+            'next_review_at': CAST($next_review_at AS TIMESTAMPTZ),
+            'lifecycle_state': 'active',
+            'decay_profile': CAST($decay_profile AS VARCHAR),
+            'created_at': CAST($now AS TIMESTAMPTZ),
+            'updated_at': CAST($now AS TIMESTAMPTZ),
+            'version': CAST(1 AS BIGINT)
+        } AS state
+    ) AS s
+) AS q
+"""
+
+INSERT_NODE = (
+    "INSERT OR IGNORE INTO prme.nodes VALUES ($id, $user_id, $namespace, $scope, $kind, $content, "
+    "$confidence_base, $salience_base, $reinforcement_boost, $last_reinforced_at, $evidence_refs, "
+    "$stability, $next_review_at, $lifecycle_state, $decay_profile, $created_at, $updated_at, $version, "
+    "$last_checksum) RETURNING id"
+)
+
+# What decides a reinforce, in one read: the node, its key (scoped to the node's
+# owner and namespace) and whether the evidence shares the node's owner and scope.
+# A replay, a conflict or "not found" is answered from this alone.
+REINFORCE_LOOKUP = """
+SELECT
+    n AS node,
+    k.request_id IS NOT NULL AS key_found,
+    coalesce(k.operation = 'reinforce' AND k.node_id = n.id
+        AND k.evidence_id IS NOT DISTINCT FROM CAST($evidence_id AS UUID), FALSE) AS key_matches,
+    e.id IS NOT NULL AS evidence_found
+FROM prme.nodes AS n
+LEFT JOIN prme.request_keys AS k
+    ON k.user_id = n.user_id AND k.namespace = n.namespace AND k.request_id = CAST($request_id AS UUID)
+LEFT JOIN prme.events AS e
+    ON e.user_id = n.user_id AND e.id = CAST($evidence_id AS UUID) AND e.scope = n.scope
+WHERE n.user_id = $user_id AND n.id = $node_id
+"""
+
+# A confirmation that counts: the after state (the rules' macro) and its journal
+# record, chained to the node's previous record.
+REINFORCE_ENTRY = """
+SELECT q.after, q.record, sha256(q.record) AS checksum
+FROM (
+    SELECT r.after, prme.journal_record_v2(
+        'reinforce', 'additive_caps_v1', $operation_id, $request_id, $user_id, $node_id, $evidence_id,
+        r.before_state, prme.node_state_unfixed(r.after), r.last_checksum, $now
+    ) AS record
+    FROM (
+        SELECT
+            prme.node_state_unfixed(n) AS before_state,
+            n.last_checksum,
+            prme.reinforced(n, CAST($evidence_id AS UUID), CAST($now AS TIMESTAMPTZ)) AS after
+        FROM prme.nodes AS n
+        WHERE n.user_id = $user_id AND n.id = $node_id
+    ) AS r
+) AS q
+"""
+
+ARCHIVE_READ = """
+SELECT q.*, sha256(q.record) AS checksum
+FROM (
+    SELECT r.*, prme.journal_record_v2(
+        'archive', NULL, CAST($operation_id AS UUID), NULL, r.node.user_id, r.node.id, NULL,
+        prme.node_state_unfixed(r.node), prme.node_state_unfixed(r.after), r.node.last_checksum,
+        CAST($now AS TIMESTAMPTZ)
+    ) AS record
+    FROM (
+        SELECT n AS node, prme.archived(n, CAST($now AS TIMESTAMPTZ)) AS after
+        FROM prme.nodes AS n
+        WHERE n.user_id = $user_id AND n.id = $node_id
+    ) AS r
+) AS q
+"""
+
+INSERT_KEY = (
+    "INSERT INTO prme.request_keys VALUES ($user_id, $namespace, $request_id, $operation, $node_id, "
+    "$evidence_id, $node_version, $created_at)"
+)
+
+# Writing a node takes two statements on purpose. DuckDB stores an update of a
+# LIST column as delete + insert of the row, and misses write-write conflicts
+# between such an update and a concurrent update of the row's other columns (one
+# of the two is then silently lost). Writing every scalar column first (the
+# unchanged ones to themselves), then evidence_refs (changed or not) in its own
+# statement, conflicts with every kind of concurrent change of the row; measured
+# in tests/test_clients.py. No RETURNING either: DuckDB skips conflict detection
+# for UPDATE ... RETURNING. The version test turns a write that lost a race into
+# a retry instead of a lost update.
+UPDATE_NODE = (
+    "UPDATE prme.nodes SET namespace = namespace, scope = scope, kind = kind, content = content, "
+    "confidence_base = $confidence_base, salience_base = salience_base, "
+    "reinforcement_boost = $reinforcement_boost, last_reinforced_at = $last_reinforced_at, "
+    "stability = stability, next_review_at = next_review_at, lifecycle_state = $lifecycle_state, "
+    "decay_profile = decay_profile, created_at = created_at, updated_at = $updated_at, version = $version, "
+    "last_checksum = $last_checksum "
+    "WHERE user_id = $user_id AND id = $id AND version = $version - 1"
+)
+
+UPDATE_EVIDENCE = "UPDATE prme.nodes SET evidence_refs = $evidence_refs WHERE user_id = $user_id AND id = $id"
+
+INSERT_JOURNAL = (
+    "INSERT INTO prme.journal VALUES ($user_id, $node_id, $node_version, 2, $op, $operation_id, "
+    "$request_id, $evidence_id, $record, $checksum, $prev_checksum, $recorded_at)"
+)
+
+INSERT_EVENT = (
+    "INSERT OR IGNORE INTO prme.events VALUES ($id, $user_id, $namespace, $scope, $kind, $content, "
+    "CAST($payload AS JSON), $occurred_at, $created_at) "
+    "RETURNING id, user_id, namespace, scope, kind, content, payload, occurred_at, created_at"
+)
+
+VERIFY_JOURNAL = "SELECT node_id, node_version, problem, detail FROM prme.verify_journal($user_id)"
+
+REPLAY_NODE = (
+    "SELECT records, matches, problem, CAST(stored AS VARCHAR), CAST(replayed AS VARCHAR) "
+    "FROM prme.replay_node($user_id, $node_id)"
+)
+
+JOURNAL_RECORDS = (
+    "SELECT n.id, n.version, n.last_checksum, j.node_version, j.record_version, j.op, j.operation_id, "
+    "j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum "
+    "FROM prme.nodes AS n LEFT JOIN prme.journal AS j ON j.user_id = n.user_id AND j.node_id = n.id "
+    "WHERE n.user_id = $user_id ORDER BY n.id, j.node_version"
+)
+
+
+# -- validation: sql/postgres/030_validation.sql, same checks and messages ----------
+
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+# PostgreSQL's [[:cntrl:]] in a C-locale database: ASCII control characters.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_STABILITIES = ("low", "semi-stable", "stable")
+_DECAY_PROFILES = ("permanent", "slow", "medium", "fast", "rapid")
+_MAX_TEXT_BYTES = 65536
+
+
+def _quote_literal(value: str) -> str:
+    # PostgreSQL's quote_literal, for error details that read the same on both engines.
+    quoted = "'" + value.replace("'", "''").replace("\\", "\\\\") + "'"
+    return "E" + quoted if "\\" in value else quoted
+
+
+def valid_user_id(user_id: object) -> str:
+    if user_id is None:
+        raise InvalidInput("user_id must not be null")
+    if (
+        not isinstance(user_id, str)
+        or not 1 <= len(user_id) <= 256
+        or _CONTROL.search(user_id)
+        or user_id != user_id.strip(" ")
+    ):
+        raise InvalidInput("user_id must be 1 to 256 characters without control characters or surrounding spaces")
+    return user_id
+
+
+def valid_name(argument: str, value: object) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        shown = _quote_literal(value[:80]) if isinstance(value, str) else "NULL"
+        raise InvalidInput(f"{argument} must match ^[a-z][a-z0-9_-]{{0,62}}$ (got {shown})")
+    return value
+
+
+def _no_nul(argument: str, value: str) -> str:
+    # PostgreSQL text cannot hold NUL; psycopg refuses to send it. Same outcome here.
+    if "\x00" in value:
+        raise InvalidInput(f"{argument} must not contain NUL (0x00) characters")
+    return value
+
+
+def valid_content(content: object) -> str:
+    if not isinstance(content, str) or content.strip(" \t\n\r\f\v") == "":
+        raise InvalidInput("content must not be empty")
+    size = len(content.encode("utf-8", "surrogatepass"))
+    if size > _MAX_TEXT_BYTES:
+        raise InvalidInput(f"content must be at most 65536 bytes (got {size} bytes)")
+    return _no_nul("content", content)
+
+
+def valid_fraction(argument: str, value: object) -> Decimal:
+    if isinstance(value, Decimal) and value.is_finite():
+        exponent = value.as_tuple().exponent
+        scale = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+        if 0 <= value <= 1 and scale <= 4:
+            return value
+    shown = "NULL" if value is None else str(value)
+    raise InvalidInput(f"{argument} must be a number in [0, 1] with at most 4 decimal places (got {shown})")
+
+
+def valid_timestamp(argument: str, value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise InvalidInput(f"{argument} must be a finite time between years 1 and 9999 (got {value})") from None
+
+
+def valid_payload(payload: object) -> str:
+    if not isinstance(payload, Mapping):
+        raise InvalidInput("payload must be a JSON object")
+    try:
+        # jsonb's text form has the same separators, so the size limit reads alike.
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload must be a JSON object ({exc})") from exc
+    if len(text.encode("utf-8", "surrogatepass")) > _MAX_TEXT_BYTES:
+        raise InvalidInput("payload must be at most 65536 bytes of JSON")
+    if "\\u0000" in text:
+        # jsonb refuses \u0000 (SQLSTATE 22P05); keep the engines alike.
+        raise InvalidInput("payload must not contain \\u0000")
+    return text
+
+
+# -- rows ----------------------------------------------------------------------------
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+def _node(row: Mapping[str, Any], replayed: bool = False) -> Node:
+    return Node(
+        id=row["id"],
+        user_id=row["user_id"],
+        namespace=row["namespace"],
+        scope=row["scope"],
+        kind=row["kind"],
+        content=row["content"],
+        confidence_base=row["confidence_base"],
+        salience_base=row["salience_base"],
+        reinforcement_boost=row["reinforcement_boost"],
+        last_reinforced_at=_utc(row["last_reinforced_at"]),
+        evidence_refs=tuple(row["evidence_refs"]),
+        stability=row["stability"],
+        next_review_at=_utc(row["next_review_at"]),
+        lifecycle_state=row["lifecycle_state"],
+        decay_profile=row["decay_profile"],
+        created_at=cast(datetime, _utc(row["created_at"])),
+        updated_at=cast(datetime, _utc(row["updated_at"])),
+        version=row["version"],
+        replayed=replayed,
+    )
+
+
+_NODE_NAMES = tuple(name.strip() for name in _NODE_COLUMNS.split(","))
+
+
+def _node_from_values(values: Sequence[Any]) -> Node:
+    return _node(dict(zip(_NODE_NAMES, values, strict=True)))
+
+
+def _fetch_dicts(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    names = [column[0] for column in cursor.description or ()]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _parse_state(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    value = json.loads(text, parse_float=Decimal)
+    return value if isinstance(value, dict) else None
+
+
+class _Retry(Exception):
+    """Another connection changed what this call read; run the call again."""
+
+
+# -- the backend ---------------------------------------------------------------------
+
+_PACK_LOCKS: dict[Path, threading.Lock] = {}
+_PACK_LOCKS_GUARD = threading.Lock()
+
+
+def _pack_lock(file: Path) -> threading.Lock:
+    # One lock per pack file in this process: two clients of one pack share DuckDB's
+    # database instance, and their calls must not interleave either.
+    with _PACK_LOCKS_GUARD:
+        return _PACK_LOCKS.setdefault(file, threading.Lock())
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class DuckDBBackend:
+    """Runs requests on a memory pack, each as one DuckDB transaction under the pack lock.
+
+    ``clock`` and ``new_id`` replace the wall clock and :func:`uuid.uuid4` (for node,
+    event and operation ids): reproducible packs for tests and examples. The clock is
+    read once per call, as PostgreSQL's ``now()`` is fixed for a transaction.
+    """
+
+    def __init__(
+        self,
+        path: str | Path = DEFAULT_PATH,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        new_id: Callable[[], uuid.UUID] | None = None,
+    ) -> None:
+        self.path = Path(path).expanduser().absolute()
+        self.file = self.path / PACK_FILE
+        self._clock = clock or _utc_now
+        self._new_id = new_id or uuid.uuid4
+        if self.path.exists() and not self.path.is_dir():
+            raise PrmeError(f"{self.path} is not a folder; a memory pack is a folder")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.lock = _pack_lock(self.file.resolve())
+        try:
+            self._con: duckdb.DuckDBPyConnection | None = duckdb.connect(str(self.file))
+        except duckdb.IOException as exc:
+            if "lock" in str(exc).lower():
+                raise PackInUseError(self.path, str(exc)) from exc
+            raise
+        try:
+            self._install()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle --
+
+    def _install(self) -> None:
+        scripts = sorted(sql_directory().glob("*.sql"))
+
+        def install(con: duckdb.DuckDBPyConnection) -> None:
+            for script in scripts:
+                con.execute(script.read_text(encoding="utf-8"))
+            row = con.execute("SELECT value FROM prme.pack_info WHERE key = 'format_version'").fetchone()
+            if row is None:
+                con.execute("INSERT INTO prme.pack_info VALUES ('format_version', $v)", {"v": str(FORMAT_VERSION)})
+            elif int(row[0]) > FORMAT_VERSION:
+                raise PrmeError(
+                    f"the memory pack at {self.path} has format {row[0]}, newer than this prme-pg "
+                    f"(format {FORMAT_VERSION}): upgrade prme-pg to open it"
+                )
+
+        self.run(install)
+
+    def close(self) -> None:
+        with self.lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+
+    @property
+    def closed(self) -> bool:
+        return self._con is None
+
+    # -- transactions --
+
+    def run(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Run ``work`` as one transaction under the pack lock; retry it on write conflicts.
+
+        The lock is held until COMMIT or ROLLBACK completes, so a call that started
+        always finishes: nothing (not even an async caller's cancellation) can leave
+        it half done.
+        """
+        with self.lock:
+            con = self._con
+            if con is None:
+                raise PackClosedError(f"the memory pack at {self.path} is closed")
+            delay, deadline = 0.001, time.monotonic() + CONFLICT_TIMEOUT
+            while True:
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    result = work(con)
+                    con.execute("COMMIT")
+                    return result
+                except (duckdb.TransactionException, _Retry) as exc:
+                    self._rollback(con)
+                    if not isinstance(exc, _Retry) and "onflict" not in str(exc):
+                        raise  # a transaction error that is not a write conflict
+                    if time.monotonic() >= deadline:
+                        raise PrmeError(
+                            f"another connection kept writing the same rows of the memory pack at "
+                            f"{self.path} for {CONFLICT_TIMEOUT:g} s; nothing was changed"
+                        ) from exc
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+                except BaseException:
+                    self._rollback(con)
+                    raise
+
+    @staticmethod
+    def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+        with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already rolled back
+            con.execute("ROLLBACK")
+
+    def execute(self, request: Request[T]) -> T:
+        try:
+            result: Any = self._dispatch(request)
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(f"text is not valid Unicode: {exc.reason}") from exc
+        return cast(T, result)
+
+    def _dispatch(self, request: Request[Any]) -> Any:
+        match request:
+            case Reinforce():
+                return self.reinforce(request)
+            case GetNode():
+                return self.get_node(request)
+            case AddNode():
+                return self.add_node(request)
+            case AddEvent():
+                return self.add_event(request)
+            case ListNodes():
+                return self.list_nodes(request)
+            case ArchiveNode():
+                return self.archive_node(request)
+            case VerifyJournal():
+                return self.verify_journal(request)
+            case ReplayNode():
+                return self.replay_node(request)
+            case JournalRecords():
+                return self.journal_records(request)
+            case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | Readiness():
+                raise PrmeError(
+                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no API tokens or migrations"
+                )
+            case _:
+                raise TypeError(f"not a prme_pg request: {request!r}")
+
+    # -- operations --
+
+    def add_node(self, request: AddNode) -> Node:
+        params = {
+            "user_id": valid_user_id(request.user_id),
+            "namespace": valid_name("namespace", request.namespace),
+            "scope": valid_name("scope", request.scope),
+            "kind": valid_name("kind", request.kind),
+            "content": valid_content(request.content),
+            "confidence_base": valid_fraction("confidence_base", request.confidence_base),
+            "salience_base": valid_fraction("salience_base", request.salience_base),
+        }
+        if request.stability not in _STABILITIES:
+            raise InvalidInput("stability must be low, semi-stable or stable")
+        if request.decay_profile not in _DECAY_PROFILES:
+            raise InvalidInput("decay_profile must be permanent, slow, medium, fast or rapid")
+        params.update(
+            stability=request.stability,
+            decay_profile=request.decay_profile,
+            next_review_at=valid_timestamp("next_review_at", request.next_review_at),
+        )
+
+        def work(con: duckdb.DuckDBPyConnection) -> Node:
+            operation_id = self._new_id()
+            entry = con.execute(
+                CREATE_ENTRY,
+                {
+                    **params,
+                    "node_id": request.node_id or self._new_id(),
+                    "operation_id": operation_id,
+                    "now": self._clock(),
+                },
+            ).fetchone()
+            assert entry is not None
+            state, record, checksum = entry
+            if con.execute(INSERT_NODE, {**state, "last_checksum": checksum}).fetchone() is None:
+                raise IdempotencyConflict("a node with this node_id already exists")
+            self._append(con, state, "create", operation_id, record, checksum, prev_checksum=None)
+            return _node(state)
+
+        return self.run(work)
+
+    def add_event(self, request: AddEvent) -> Event:
+        params = {
+            "user_id": valid_user_id(request.user_id),
+            "namespace": valid_name("namespace", request.namespace),
+            "scope": valid_name("scope", request.scope),
+            "kind": valid_name("kind", request.kind),
+            "content": valid_content(request.content),
+            "payload": valid_payload(request.payload),
+        }
+        occurred_at = valid_timestamp("occurred_at", request.occurred_at)
+
+        def work(con: duckdb.DuckDBPyConnection) -> Event:
+            now = self._clock()
+            rows = _fetch_dicts(
+                con.execute(
+                    INSERT_EVENT,
+                    {
+                        **params,
+                        "id": request.event_id or self._new_id(),
+                        "occurred_at": occurred_at or now,
+                        "created_at": now,
+                    },
+                )
+            )
+            if not rows:
+                raise IdempotencyConflict("an event with this event_id already exists")
+            row = rows[0]
+            return Event(
+                id=row["id"],
+                user_id=row["user_id"],
+                namespace=row["namespace"],
+                scope=row["scope"],
+                kind=row["kind"],
+                content=row["content"],
+                payload=json.loads(row["payload"]),
+                occurred_at=row["occurred_at"].astimezone(UTC),
+                created_at=row["created_at"].astimezone(UTC),
+            )
+
+        return self.run(work)
+
+    def get_node(self, request: GetNode) -> Node:
+        params = {"user_id": valid_user_id(request.user_id), "node_id": request.node_id}
+
+        def work(con: duckdb.DuckDBPyConnection) -> Node:
+            row = con.execute(GET_NODE, params).fetchone()
+            if row is None:
+                raise NotFoundError("node not found")
+            return _node_from_values(row)
+
+        return self.run(work)
+
+    def list_nodes(self, request: ListNodes) -> list[Node]:
+        user_id = valid_user_id(request.user_id)
+        if request.namespace is not None:
+            valid_name("namespace", request.namespace)
+        if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 10000:
+            raise InvalidInput("max_count must be between 1 and 10000")
+        params = {
+            "user_id": user_id,
+            "namespace": request.namespace,
+            "after_node_id": request.after_node_id,
+            "max_count": request.max_count,
+        }
+        return self.run(lambda con: [_node_from_values(row) for row in con.execute(LIST_NODES, params).fetchall()])
+
+    def reinforce(self, request: Reinforce) -> Node:
+        user_id = valid_user_id(request.user_id)
+        lookup = {
+            "user_id": user_id,
+            "node_id": request.node_id,
+            "evidence_id": request.evidence_id,
+            "request_id": request.request_id,
+        }
+
+        def work(con: duckdb.DuckDBPyConnection) -> Node:
+            rows = _fetch_dicts(con.execute(REINFORCE_LOOKUP, lookup))
+            if not rows:
+                raise NotFoundError("node not found")
+            row = rows[0]
+            node = row["node"]
+            # DESIGN.md section 3, in prme.reinforce's order: a key bound to this same
+            # call is a replay (even of an archived node: it restores nothing).
+            if request.request_id is not None and row["key_found"]:
+                if row["key_matches"]:
+                    return _node(node, replayed=True)
+                raise IdempotencyConflict(
+                    "request_id was already used for another request "
+                    "(an idempotency key is bound to one operation, node and evidence)"
+                )
+            if node["lifecycle_state"] == "archived":
+                raise NotFoundError("node not found")
+            if request.evidence_id is not None and not row["evidence_found"]:
+                raise NotFoundError("evidence not found")
+            now, operation_id = self._clock(), self._new_id()
+            entry = con.execute(REINFORCE_ENTRY, {**lookup, "operation_id": operation_id, "now": now}).fetchone()
+            assert entry is not None
+            after, record, checksum = entry
+            self._write(
+                con,
+                node,
+                after,
+                "reinforce",
+                operation_id,
+                record,
+                checksum,
+                request_id=request.request_id,
+                evidence_id=request.evidence_id,
+            )
+            # The key last, once the record it names exists (as prme.reinforce does).
+            if request.request_id is not None:
+                try:
+                    con.execute(
+                        INSERT_KEY,
+                        {
+                            "user_id": user_id,
+                            "namespace": node["namespace"],
+                            "request_id": request.request_id,
+                            "operation": "reinforce",
+                            "node_id": request.node_id,
+                            "evidence_id": request.evidence_id,
+                            "node_version": after["version"],
+                            "created_at": now,
+                        },
+                    )
+                except duckdb.ConstraintException as exc:
+                    # Committed by another connection since this transaction began:
+                    # run again, and the key is then found (a replay or a conflict).
+                    raise _Retry from exc
+            return _node(after)
+
+        return self.run(work)
+
+    def archive_node(self, request: ArchiveNode) -> Node:
+        user_id = valid_user_id(request.user_id)
+
+        def work(con: duckdb.DuckDBPyConnection) -> Node:
+            operation_id = self._new_id()
+            rows = _fetch_dicts(
+                con.execute(
+                    ARCHIVE_READ,
+                    {
+                        "user_id": user_id,
+                        "node_id": request.node_id,
+                        "operation_id": operation_id,
+                        "now": self._clock(),
+                    },
+                )
+            )
+            if not rows or rows[0]["node"]["lifecycle_state"] == "archived":
+                raise NotFoundError("node not found")
+            row = rows[0]
+            self._write(con, row["node"], row["after"], "archive", operation_id, row["record"], row["checksum"])
+            return _node(row["after"])
+
+        return self.run(work)
+
+    def _write(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        node: Mapping[str, Any],
+        after: Mapping[str, Any],
+        op: str,
+        operation_id: uuid.UUID,
+        record: str,
+        checksum: str,
+        *,
+        request_id: uuid.UUID | None = None,
+        evidence_id: uuid.UUID | None = None,
+    ) -> None:
+        updated = con.execute(
+            UPDATE_NODE,
+            {
+                "user_id": after["user_id"],
+                "id": after["id"],
+                "confidence_base": after["confidence_base"],
+                "reinforcement_boost": after["reinforcement_boost"],
+                "last_reinforced_at": after["last_reinforced_at"],
+                "lifecycle_state": after["lifecycle_state"],
+                "updated_at": after["updated_at"],
+                "version": after["version"],
+                "last_checksum": checksum,
+            },
+        ).fetchone()
+        if updated is None or updated[0] != 1:
+            raise _Retry  # the node moved on since it was read
+        con.execute(
+            UPDATE_EVIDENCE,
+            {
+                "user_id": after["user_id"],
+                "id": after["id"],
+                "evidence_refs": after["evidence_refs"],
+            },
+        )
+        self._append(
+            con,
+            after,
+            op,
+            operation_id,
+            record,
+            checksum,
+            prev_checksum=node["last_checksum"],
+            request_id=request_id,
+            evidence_id=evidence_id,
+        )
+
+    @staticmethod
+    def _append(
+        con: duckdb.DuckDBPyConnection,
+        after: Mapping[str, Any],
+        op: str,
+        operation_id: uuid.UUID,
+        record: str,
+        checksum: str,
+        *,
+        prev_checksum: str | None,
+        request_id: uuid.UUID | None = None,
+        evidence_id: uuid.UUID | None = None,
+    ) -> None:
+        con.execute(
+            INSERT_JOURNAL,
+            {
+                "user_id": after["user_id"],
+                "node_id": after["id"],
+                "node_version": after["version"],
+                "op": op,
+                "operation_id": operation_id,
+                "request_id": request_id,
+                "evidence_id": evidence_id,
+                "record": record,
+                "checksum": checksum,
+                "prev_checksum": prev_checksum,
+                "recorded_at": after["updated_at"],
+            },
+        )
+
+    def verify_journal(self, request: VerifyJournal) -> list[JournalIssue]:
+        params = {"user_id": valid_user_id(request.user_id)}
+        return self.run(
+            lambda con: [
+                JournalIssue(node_id, node_version, problem, detail)
+                for node_id, node_version, problem, detail in con.execute(VERIFY_JOURNAL, params).fetchall()
+            ]
+        )
+
+    def replay_node(self, request: ReplayNode) -> ReplayResult:
+        params = {"user_id": valid_user_id(request.user_id), "node_id": request.node_id}
+
+        def work(con: duckdb.DuckDBPyConnection) -> ReplayResult:
+            row = con.execute(REPLAY_NODE, params).fetchone()
+            if row is None:
+                raise NotFoundError("node not found")
+            records, matches, problem, stored, replayed = row
+            return ReplayResult(records, bool(matches), problem, _parse_state(stored), _parse_state(replayed))
+
+        return self.run(work)
+
+    def journal_records(self, request: JournalRecords) -> Any:
+        user_id = valid_user_id(request.user_id)
+        return self.run(
+            lambda con: journal_rows(user_id, con.execute(JOURNAL_RECORDS, {"user_id": user_id}).fetchall())
+        )
+
+
+class AsyncDuckDBBackend:
+    """A memory pack for asyncio: each call runs in a worker thread, to completion.
+
+    The call is shielded: cancelling the awaiting task does not stop the thread, and
+    this backend's :class:`asyncio.Lock` stays held until the thread has committed or
+    rolled back. So the next call (a retry, say) starts only after the cancelled one
+    finished, and finds its key: a replay, never a second count. The threads also
+    take the pack lock of :class:`DuckDBBackend`, so asyncio and thread callers mix.
+    """
+
+    def __init__(
+        self,
+        path: str | Path = DEFAULT_PATH,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        new_id: Callable[[], uuid.UUID] | None = None,
+    ) -> None:
+        self.path = path
+        self._options: dict[str, Any] = {"clock": clock, "new_id": new_id}
+        self._sync: DuckDBBackend | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def sync(self) -> DuckDBBackend:
+        """The underlying synchronous backend (opened by :meth:`open`)."""
+        if self._sync is None:
+            raise PackClosedError(f"the memory pack at {self.path} is not open")
+        return self._sync
+
+    async def open(self) -> None:
+        if self._sync is None:
+            self._sync = await asyncio.to_thread(DuckDBBackend, self.path, **self._options)
+
+    async def execute(self, request: Request[T]) -> T:
+        return await self.run_in_thread(self.sync.execute, request)
+
+    async def run_in_thread(self, function: Callable[..., T], *args: Any) -> T:
+        """Run ``function(*args)`` in a thread under the lock, to completion even if cancelled."""
+        await self._lock.acquire()
+        try:
+            task = asyncio.ensure_future(asyncio.to_thread(function, *args))
+        except BaseException:
+            self._lock.release()
+            raise
+        task.add_done_callback(self._finished)
+        return await asyncio.shield(task)
+
+    def _finished(self, task: asyncio.Future[Any]) -> None:
+        self._lock.release()
+        if not task.cancelled():
+            task.exception()  # retrieved here, in case the caller was cancelled and left
+
+    async def close(self) -> None:
+        async with self._lock:  # waits for a call still finishing in its thread
+            if self._sync is not None:
+                sync, self._sync = self._sync, None
+                await asyncio.to_thread(sync.close)

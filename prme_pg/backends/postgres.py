@@ -1,0 +1,565 @@
+"""The PostgreSQL backend: every SQL statement prme_pg sends to PostgreSQL.
+
+Each request is one ``SELECT`` of one ``prme`` function, in named notation, on an
+autocommit connection from a pool: the function's own transaction is the call's
+transaction, so there is exactly one round trip per call and no business rule in
+Python. Results are built by psycopg row factories into the frozen dataclasses of
+:mod:`prme_pg.models`; errors raised with the engine's SQLSTATEs (PR404, PR409,
+PR422) become :class:`~prme_pg.errors.NotFoundError`,
+:class:`~prme_pg.errors.IdempotencyConflict` and :class:`~prme_pg.errors.InvalidInput`.
+
+:func:`statement` is the only place a request turns into SQL; the sync
+:class:`PostgresBackend` and the async :class:`AsyncPostgresBackend` only run it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Generic, LiteralString, TypeVar, cast
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import RowFactory, RowMaker
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from ..errors import SQLSTATE_ERRORS, InvalidInput
+from ..models import Event, JournalIssue, Node, ReplayResult
+from . import (
+    AddEvent,
+    AddNode,
+    ArchiveNode,
+    AuthenticateApiToken,
+    CreateApiToken,
+    GetNode,
+    JournalRecords,
+    ListNodes,
+    Readiness,
+    Reinforce,
+    ReplayNode,
+    Request,
+    RevokeApiToken,
+    VerifyJournal,
+    journal_rows,
+)
+
+__all__ = [
+    "ADD_EVENT",
+    "ADD_NODE",
+    "ARCHIVE_NODE",
+    "AUTHENTICATE_API_TOKEN",
+    "CREATE_API_TOKEN",
+    "GET_NODE",
+    "JOURNAL_RECORDS",
+    "LIST_NODES",
+    "READINESS",
+    "REINFORCE",
+    "REPLAY_NODE",
+    "REVOKE_API_TOKEN",
+    "VERIFY_JOURNAL",
+    "AsyncPostgresBackend",
+    "Call",
+    "PostgresBackend",
+    "is_dsn",
+    "statement",
+    "translate_error",
+    "translate_errors",
+]
+
+T = TypeVar("T")
+
+# -- statements ----------------------------------------------------------------
+
+ADD_NODE: LiteralString = (
+    "SELECT * FROM prme.add_node(user_id => %(user_id)s, content => %(content)s, scope => %(scope)s, "
+    "namespace => %(namespace)s, kind => %(kind)s, confidence_base => %(confidence_base)s, "
+    "salience_base => %(salience_base)s, stability => %(stability)s, decay_profile => %(decay_profile)s, "
+    "next_review_at => %(next_review_at)s, node_id => %(node_id)s)"
+)
+ADD_EVENT: LiteralString = (
+    "SELECT * FROM prme.add_event(user_id => %(user_id)s, content => %(content)s, scope => %(scope)s, "
+    "namespace => %(namespace)s, kind => %(kind)s, payload => %(payload)s, occurred_at => %(occurred_at)s, "
+    "event_id => %(event_id)s)"
+)
+GET_NODE: LiteralString = "SELECT * FROM prme.get_node(user_id => %(user_id)s, node_id => %(node_id)s)"
+LIST_NODES: LiteralString = (
+    "SELECT * FROM prme.list_nodes(user_id => %(user_id)s, namespace => %(namespace)s, "
+    "after_node_id => %(after_node_id)s, max_count => %(max_count)s::integer)"
+)
+REINFORCE: LiteralString = (
+    "SELECT * FROM prme.reinforce(node_id => %(node_id)s, user_id => %(user_id)s, "
+    "evidence_id => %(evidence_id)s, request_id => %(request_id)s)"
+)
+ARCHIVE_NODE: LiteralString = "SELECT * FROM prme.archive_node(user_id => %(user_id)s, node_id => %(node_id)s)"
+VERIFY_JOURNAL: LiteralString = (
+    "SELECT node_id, node_version, problem, detail FROM prme.verify_journal(user_id => %(user_id)s)"
+)
+# jsonb as text: parsed here with exact Decimals (psycopg's jsonb loader would give floats).
+REPLAY_NODE: LiteralString = (
+    "SELECT records, matches, problem, stored::text AS stored, replayed::text AS replayed "
+    "FROM prme.replay_node(user_id => %(user_id)s, node_id => %(node_id)s)"
+)
+# The independent verifier reads the journal itself, so it needs SELECT on the tables
+# (the owner, or prme_reader with SET prme.user_id); prme_app has no table access.
+# Nodes without records still appear (journal columns NULL): their head is checked too.
+JOURNAL_RECORDS: LiteralString = (
+    "SELECT n.id, n.version, n.last_checksum, j.node_version, j.record_version, j.op, j.operation_id, "
+    "j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum "
+    "FROM prme.nodes AS n LEFT JOIN prme.journal AS j ON j.user_id = n.user_id AND j.node_id = n.id "
+    "WHERE n.user_id = %(user_id)s ORDER BY n.id, j.node_version"
+)
+
+
+_CONNINFO = re.compile(r"^\s*[A-Za-z_]+\s*=")
+AUTHENTICATE_API_TOKEN: LiteralString = (
+    "SELECT prme.authenticate_api_token(user_id => %(user_id)s, token_sha256 => %(token_sha256)s)"  # noqa: S105
+)
+CREATE_API_TOKEN: LiteralString = (
+    "SELECT prme.create_api_token(user_id => %(user_id)s, token_sha256 => %(token_sha256)s, label => %(label)s)"  # noqa: S105
+)
+REVOKE_API_TOKEN: LiteralString = (
+    "SELECT prme.revoke_api_token(user_id => %(user_id)s, token_sha256 => %(token_sha256)s)"  # noqa: S105
+)
+READINESS: LiteralString = "SELECT accepts_writes, applied_migrations FROM prme.readiness()"
+
+
+def is_dsn(target: object) -> bool:
+    """Whether a client target names a PostgreSQL server rather than a pack folder.
+
+    A URL (``postgresql://``, ``postgres://``) or a libpq ``key=value`` string is a
+    DSN; anything else, and every :class:`os.PathLike`, is a pack folder.
+    """
+    if not isinstance(target, str):
+        return False
+    if target.startswith(("postgresql://", "postgres://")):
+        return True
+    if not _CONNINFO.match(target):
+        return False
+    try:
+        return bool(conninfo_to_dict(target))
+    except psycopg.ProgrammingError:
+        return False
+
+
+# -- row factories ---------------------------------------------------------------
+
+
+def utc(value: datetime) -> datetime:
+    """A timestamptz as UTC: psycopg returns the session time zone, results promise UTC."""
+    return value.astimezone(UTC)
+
+
+def _names(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> list[str]:
+    # From the result itself, as psycopg's own dict_row does: cursor.description
+    # would build a Column object per column on every call.
+    result = cursor.pgresult
+    if result is None:
+        return []
+    return [result.fname(i).decode() for i in range(result.nfields)]  # type: ignore[union-attr]
+
+
+_NODE_FIELDS = (
+    "id",
+    "user_id",
+    "namespace",
+    "scope",
+    "kind",
+    "content",
+    "confidence_base",
+    "salience_base",
+    "reinforcement_boost",
+    "last_reinforced_at",
+    "evidence_refs",
+    "stability",
+    "next_review_at",
+    "lifecycle_state",
+    "decay_profile",
+    "created_at",
+    "updated_at",
+    "version",
+    "replayed",
+)
+
+
+# Column positions per result shape: node_view rarely changes, results are many.
+_NODE_POSITIONS: dict[tuple[str, ...], tuple[int, ...]] = {}
+
+
+def node_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[Node]:
+    """Row factory for ``prme.node_view`` rows (columns found by name, once per result)."""
+    names = tuple(_names(cursor))
+    if not names:
+        return _no_row
+    positions = _NODE_POSITIONS.get(names)
+    if positions is None:
+        positions = _NODE_POSITIONS[names] = tuple(names.index(field) for field in _NODE_FIELDS)
+    (
+        i_id,
+        i_user,
+        i_ns,
+        i_scope,
+        i_kind,
+        i_content,
+        i_conf,
+        i_sal,
+        i_boost,
+        i_last,
+        i_refs,
+        i_stab,
+        i_review,
+        i_state,
+        i_decay,
+        i_created,
+        i_updated,
+        i_version,
+        i_replayed,
+    ) = positions
+
+    def make(values: Sequence[Any]) -> Node:
+        last, review = values[i_last], values[i_review]
+        return Node(
+            id=values[i_id],
+            user_id=values[i_user],
+            namespace=values[i_ns],
+            scope=values[i_scope],
+            kind=values[i_kind],
+            content=values[i_content],
+            confidence_base=values[i_conf],
+            salience_base=values[i_sal],
+            reinforcement_boost=values[i_boost],
+            last_reinforced_at=None if last is None else last.astimezone(UTC),
+            evidence_refs=tuple(values[i_refs]),
+            stability=values[i_stab],
+            next_review_at=None if review is None else review.astimezone(UTC),
+            lifecycle_state=values[i_state],
+            decay_profile=values[i_decay],
+            created_at=values[i_created].astimezone(UTC),
+            updated_at=values[i_updated].astimezone(UTC),
+            version=values[i_version],
+            replayed=bool(values[i_replayed]),
+        )
+
+    return make
+
+
+def _no_row(values: Sequence[Any]) -> Any:
+    raise AssertionError("a statement without a result returned a row")  # pragma: no cover
+
+
+def event_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[Event]:
+    """Row factory for ``prme.events`` rows."""
+    names = _names(cursor)
+
+    def make(values: Sequence[Any]) -> Event:
+        row = dict(zip(names, values, strict=True))
+        return Event(
+            id=row["id"],
+            user_id=row["user_id"],
+            namespace=row["namespace"],
+            scope=row["scope"],
+            kind=row["kind"],
+            content=row["content"],
+            payload=row["payload"],
+            occurred_at=utc(row["occurred_at"]),
+            created_at=utc(row["created_at"]),
+        )
+
+    return make
+
+
+def issue_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[JournalIssue]:
+    def make(values: Sequence[Any]) -> JournalIssue:
+        node_id, node_version, problem, detail = values
+        return JournalIssue(node_id, node_version, problem, detail)
+
+    return make
+
+
+def parse_state(text: str | None) -> dict[str, Any] | None:
+    """A node state (JSON text) with exact Decimal numbers."""
+    if text is None:
+        return None
+    value = json.loads(text, parse_float=Decimal)
+    return value if isinstance(value, dict) else None
+
+
+def replay_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[ReplayResult]:
+    def make(values: Sequence[Any]) -> ReplayResult:
+        records, matches, problem, stored, replayed = values
+        return ReplayResult(records, bool(matches), problem, parse_state(stored), parse_state(replayed))
+
+    return make
+
+
+def tuple_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[tuple[Any, ...]]:
+    def make(values: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(values)
+
+    return make
+
+
+# -- requests as calls -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One statement, its parameters, and how its rows become the request's result."""
+
+    query: LiteralString
+    params: dict[str, Any]
+    row_factory: RowFactory[Any]
+    # Turns the fetched rows into the result; None means "exactly one row, as is".
+    finish: Callable[[list[Any]], T] | None = None
+
+    def result(self, rows: list[Any]) -> T:
+        if self.finish is not None:
+            return self.finish(rows)
+        return cast(T, rows[0])
+
+
+def _all(rows: list[Any]) -> list[Any]:
+    return rows
+
+
+def statement(request: Request[T]) -> Call[T]:
+    """The one SQL call that carries out ``request`` on PostgreSQL."""
+    call: Call[Any]
+    match request:
+        case Reinforce():
+            call = Call(
+                REINFORCE,
+                {
+                    "node_id": request.node_id,
+                    "user_id": request.user_id,
+                    "evidence_id": request.evidence_id,
+                    "request_id": request.request_id,
+                },
+                node_row,
+            )
+        case GetNode():
+            call = Call(GET_NODE, {"user_id": request.user_id, "node_id": request.node_id}, node_row)
+        case AddNode():
+            call = Call(
+                ADD_NODE,
+                {
+                    "user_id": request.user_id,
+                    "content": request.content,
+                    "scope": request.scope,
+                    "namespace": request.namespace,
+                    "kind": request.kind,
+                    "confidence_base": request.confidence_base,
+                    "salience_base": request.salience_base,
+                    "stability": request.stability,
+                    "decay_profile": request.decay_profile,
+                    "next_review_at": request.next_review_at,
+                    "node_id": request.node_id,
+                },
+                node_row,
+            )
+        case AddEvent():
+            call = Call(
+                ADD_EVENT,
+                {
+                    "user_id": request.user_id,
+                    "content": request.content,
+                    "scope": request.scope,
+                    "namespace": request.namespace,
+                    "kind": request.kind,
+                    "payload": Jsonb(request.payload),
+                    "occurred_at": request.occurred_at,
+                    "event_id": request.event_id,
+                },
+                event_row,
+            )
+        case ListNodes():
+            call = Call(
+                LIST_NODES,
+                {
+                    "user_id": request.user_id,
+                    "namespace": request.namespace,
+                    "after_node_id": request.after_node_id,
+                    "max_count": request.max_count,
+                },
+                node_row,
+                _all,
+            )
+        case ArchiveNode():
+            call = Call(ARCHIVE_NODE, {"user_id": request.user_id, "node_id": request.node_id}, node_row)
+        case VerifyJournal():
+            call = Call(VERIFY_JOURNAL, {"user_id": request.user_id}, issue_row, _all)
+        case ReplayNode():
+            call = Call(REPLAY_NODE, {"user_id": request.user_id, "node_id": request.node_id}, replay_row)
+        case JournalRecords():
+            user_id = request.user_id
+            call = Call(JOURNAL_RECORDS, {"user_id": user_id}, tuple_row, lambda rows: journal_rows(user_id, rows))
+        case AuthenticateApiToken():
+            call = Call(
+                AUTHENTICATE_API_TOKEN,
+                {
+                    "user_id": request.user_id,
+                    "token_sha256": request.token_sha256,
+                },
+                tuple_row,
+                lambda rows: bool(rows[0][0]),
+            )
+        case CreateApiToken():
+            call = Call(
+                CREATE_API_TOKEN,
+                {"user_id": request.user_id, "token_sha256": request.token_sha256, "label": request.label},
+                tuple_row,
+                lambda rows: rows[0][0],
+            )
+        case RevokeApiToken():
+            call = Call(
+                REVOKE_API_TOKEN,
+                {"user_id": request.user_id, "token_sha256": request.token_sha256},
+                tuple_row,
+                lambda rows: bool(rows[0][0]),
+            )
+        case Readiness():
+            call = Call(READINESS, {}, tuple_row, lambda rows: (bool(rows[0][0]), list(rows[0][1])))
+        case _:
+            raise TypeError(f"not a prme_pg request: {request!r}")
+    return cast(Call[T], call)
+
+
+# -- errors ----------------------------------------------------------------------
+
+
+def translate_error(exc: psycopg.Error | UnicodeEncodeError) -> Exception:
+    """The prme_pg error to raise for a psycopg error (or the error itself).
+
+    PR404/PR409/PR422 map through :data:`~prme_pg.errors.SQLSTATE_ERRORS`; PostgreSQL's
+    data exceptions (class 22, e.g. an out-of-range number) and values psycopg refuses
+    to send (a NUL byte in text, a lone surrogate) are invalid input too. Anything else
+    is returned as is, to be re-raised.
+    """
+    if isinstance(exc, UnicodeEncodeError):
+        return InvalidInput(f"text is not valid Unicode: {exc.reason}")
+    sqlstate = exc.sqlstate or ""
+    message = exc.diag.message_primary or str(exc)
+    if exc.diag.message_detail:
+        message = f"{message} ({exc.diag.message_detail})"
+    error = SQLSTATE_ERRORS.get(sqlstate)
+    if error is not None:
+        return error(message)
+    if sqlstate.startswith("22") or (not sqlstate and isinstance(exc, psycopg.DataError)):
+        return InvalidInput(message)
+    return exc
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Raise the engine's own errors as prme_pg's typed errors (see :func:`translate_error`)."""
+    try:
+        yield
+    except (psycopg.Error, UnicodeEncodeError) as exc:
+        error = translate_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+# -- executors -------------------------------------------------------------------
+
+_CONNECTION_KWARGS: dict[str, Any] = {
+    # Each statement is its own transaction: prme functions are atomic on their own.
+    "autocommit": True,
+}
+
+
+class PostgresBackend:
+    """Runs requests on a :class:`psycopg_pool.ConnectionPool`."""
+
+    def __init__(self, pool: ConnectionPool[psycopg.Connection[Any]]) -> None:
+        self.pool = pool
+
+    @classmethod
+    def connect(
+        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0, **kwargs: Any
+    ) -> PostgresBackend:
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={**_CONNECTION_KWARGS, **kwargs},
+            open=False,
+            name="prme-pg",
+        )
+        try:
+            pool.open(wait=True, timeout=timeout)
+        except BaseException:
+            pool.close()  # or its workers would keep trying to connect
+            raise
+        return cls(pool)
+
+    def execute(self, request: Request[T]) -> T:
+        call = statement(request)
+        try:
+            with self.pool.connection() as conn:
+                cur = conn.cursor(row_factory=call.row_factory)
+                cur.execute(call.query, call.params)
+                return call.result(cur.fetchall())
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            error = translate_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class AsyncPostgresBackend:
+    """Runs requests on a :class:`psycopg_pool.AsyncConnectionPool`."""
+
+    def __init__(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> None:
+        self.pool = pool
+        self._timeout = 30.0
+
+    @classmethod
+    def create(
+        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0, **kwargs: Any
+    ) -> AsyncPostgresBackend:
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={**_CONNECTION_KWARGS, **kwargs},
+            open=False,
+            name="prme-pg",
+        )
+        backend = cls(pool)
+        backend._timeout = timeout
+        return backend
+
+    async def open(self) -> None:
+        try:
+            await self.pool.open(wait=True, timeout=self._timeout)
+        except BaseException:
+            await self.pool.close()
+            raise
+
+    async def execute(self, request: Request[T]) -> T:
+        call = statement(request)
+        try:
+            async with self.pool.connection() as conn:
+                cur = conn.cursor(row_factory=call.row_factory)
+                await cur.execute(call.query, call.params)
+                return call.result(await cur.fetchall())
+        except (psycopg.Error, UnicodeEncodeError) as exc:
+            error = translate_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    async def close(self) -> None:
+        await self.pool.close()

@@ -1,0 +1,408 @@
+"""The synchronous client, :class:`MemoryClient`, and the argument handling both clients share.
+
+A client is opened from a PostgreSQL DSN (``postgresql://`` or ``postgres://``;
+a :mod:`psycopg_pool` pool of autocommit connections) or from a folder path (a
+DuckDB memory pack, created on first open; ``./memories`` by default)::
+
+    with MemoryClient("./memories") as memory:
+        node = memory.add_node("prefers dark mode", user_id="alice")
+        memory.reinforce(node.id, user_id="alice", request_id=key)
+
+Arguments are named as in SQL. Ids are :class:`uuid.UUID` or their text; anything
+else raises :class:`~prme_pg.errors.InvalidInput` (a :class:`ValueError`) before
+any I/O. Fractions are :class:`~decimal.Decimal` (a float is taken by its shortest
+repr, so ``0.65`` means ``Decimal("0.65")``); times must be timezone-aware. The
+engine validates everything else, with the same rules on both backends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from types import TracebackType
+from typing import Any, Self, cast
+from uuid import UUID
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from .backends import (
+    AddEvent,
+    AddNode,
+    ArchiveNode,
+    AuthenticateApiToken,
+    CreateApiToken,
+    GetNode,
+    JournalRecords,
+    ListNodes,
+    Readiness,
+    Reinforce,
+    ReplayNode,
+    RevokeApiToken,
+    SyncBackend,
+    VerifyJournal,
+)
+from .backends.duckdb import DEFAULT_PATH, DuckDBBackend
+from .backends.postgres import PostgresBackend, is_dsn
+from .errors import InvalidInput
+from .journal import verify_records
+from .models import Event, JournalIssue, JournalRecord, Node, NodeHead, ReplayResult
+from .tokens import new_token, parse_token, token_sha256
+
+__all__ = ["MemoryClient", "Target"]
+
+Target = str | os.PathLike[str]
+Fraction = Decimal | float | int | str
+
+# -- argument parsing shared by MemoryClient and AsyncMemoryClient -------------------
+
+
+def parse_uuid(argument: str, value: object) -> UUID:
+    """A UUID from a UUID or its text; :class:`InvalidInput` otherwise, before any I/O."""
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            pass
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise InvalidInput(f"{argument} must be a UUID, got {shown}")
+
+
+def parse_optional_uuid(argument: str, value: object) -> UUID | None:
+    return None if value is None else parse_uuid(argument, value)
+
+
+def parse_fraction(argument: str, value: Fraction) -> Decimal:
+    """A Decimal; floats by their shortest repr (0.65 -> Decimal('0.65'), not 0.6500000000000000222)."""
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, bool):
+        raise InvalidInput(f"{argument} must be a number, got {value!r}")
+    try:
+        if isinstance(value, float):
+            return Decimal(repr(value))
+        if isinstance(value, int | str):
+            return Decimal(value)
+    except InvalidOperation:
+        pass
+    raise InvalidInput(f"{argument} must be a number, got {value!r}")
+
+
+def parse_time(argument: str, value: datetime | None) -> datetime | None:
+    """A timezone-aware datetime (a naive one would be read in some server's time zone)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidInput(f"{argument} must be a timezone-aware datetime, got {value!r}")
+    return value
+
+
+def add_node_request(
+    content: str,
+    user_id: str,
+    scope: str,
+    namespace: str,
+    kind: str,
+    confidence_base: Fraction,
+    salience_base: Fraction,
+    stability: str,
+    decay_profile: str,
+    next_review_at: datetime | None,
+    node_id: UUID | str | None,
+) -> AddNode:
+    return AddNode(
+        user_id=user_id,
+        content=content,
+        scope=scope,
+        namespace=namespace,
+        kind=kind,
+        confidence_base=parse_fraction("confidence_base", confidence_base),
+        salience_base=parse_fraction("salience_base", salience_base),
+        stability=stability,
+        decay_profile=decay_profile,
+        next_review_at=parse_time("next_review_at", next_review_at),
+        node_id=parse_optional_uuid("node_id", node_id),
+    )
+
+
+def add_event_request(
+    content: str,
+    user_id: str,
+    scope: str,
+    namespace: str,
+    kind: str,
+    payload: Mapping[str, Any] | None,
+    occurred_at: datetime | None,
+    event_id: UUID | str | None,
+) -> AddEvent:
+    return AddEvent(
+        user_id=user_id,
+        content=content,
+        scope=scope,
+        namespace=namespace,
+        kind=kind,
+        # A non-object payload goes on as is: the engine answers it with InvalidInput.
+        payload=dict(payload) if isinstance(payload, Mapping) else cast(dict[str, Any], payload or {}),
+        occurred_at=parse_time("occurred_at", occurred_at),
+        event_id=parse_optional_uuid("event_id", event_id),
+    )
+
+
+def reinforce_request(
+    node_id: UUID | str, evidence_id: UUID | str | None, user_id: str, request_id: UUID | str | None
+) -> Reinforce:
+    return Reinforce(
+        node_id=parse_uuid("node_id", node_id),
+        user_id=user_id,
+        evidence_id=parse_optional_uuid("evidence_id", evidence_id),
+        request_id=parse_optional_uuid("request_id", request_id),
+    )
+
+
+def list_nodes_request(
+    user_id: str, namespace: str | None, after_node_id: UUID | str | None, max_count: int
+) -> ListNodes:
+    return ListNodes(
+        user_id=user_id,
+        namespace=namespace,
+        after_node_id=parse_optional_uuid("after_node_id", after_node_id),
+        max_count=max_count,
+    )
+
+
+def check_page_size(page_size: int) -> int:
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or not 1 <= page_size <= 10000:
+        raise InvalidInput("page_size must be between 1 and 10000")
+    return page_size
+
+
+def check_pack_options(target: object, clock: object, new_id: object) -> None:
+    if is_dsn(target) and (clock is not None or new_id is not None):
+        raise TypeError("clock and new_id apply to memory packs; PostgreSQL uses its own clock and ids")
+
+
+# -- the client ----------------------------------------------------------------------
+
+
+class MemoryClient:
+    """Synchronous prme-pg client over PostgreSQL or a DuckDB memory pack.
+
+    ``target`` is a DSN (``postgresql://...``) or a pack folder (default
+    ``./memories``). PostgreSQL options: ``min_size``, ``max_size`` and ``timeout``
+    of the connection pool, and ``connect_kwargs`` for each connection. Pack
+    options: ``clock`` and ``new_id`` (reproducible packs). The client is opened
+    by the constructor; use it as a context manager, or call :meth:`close`.
+    Thread-safe: share one client between threads.
+    """
+
+    def __init__(
+        self,
+        target: Target = DEFAULT_PATH,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        clock: Callable[[], datetime] | None = None,
+        new_id: Callable[[], UUID] | None = None,
+    ) -> None:
+        check_pack_options(target, clock, new_id)
+        self.target = os.fspath(target)
+        self._backend: SyncBackend
+        if is_dsn(target):  # a str DSN; every PathLike is a pack
+            self._backend = PostgresBackend.connect(
+                self.target, min_size=min_size, max_size=max_size, timeout=timeout, **(connect_kwargs or {})
+            )
+        else:
+            self._backend = DuckDBBackend(self.target, clock=clock, new_id=new_id)
+        self._closed = False
+
+    @classmethod
+    def from_pool(cls, pool: ConnectionPool[psycopg.Connection[Any]]) -> Self:
+        """A client over a pool you configure and own (it is not closed with the client)."""
+        client = cls.__new__(cls)
+        client.target = str(pool.conninfo)
+        client._backend = _BorrowedPool(pool)
+        client._closed = False
+        return client
+
+    @property
+    def backend(self) -> SyncBackend:
+        """The backend executing requests (:class:`PostgresBackend` or :class:`DuckDBBackend`)."""
+        return self._backend
+
+    def close(self) -> None:
+        """Close the pool or the pack. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._backend.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        kind = "postgres" if isinstance(self._backend, PostgresBackend | _BorrowedPool) else "pack"
+        return f"<{type(self).__name__} {kind} {state}>"
+
+    # -- the API --
+
+    def add_node(
+        self,
+        content: str,
+        *,
+        user_id: str,
+        scope: str = "personal",
+        namespace: str = "default",
+        kind: str = "fact",
+        confidence_base: Fraction = Decimal("0.5"),
+        salience_base: Fraction = Decimal("0.5"),
+        stability: str = "low",
+        decay_profile: str = "medium",
+        next_review_at: datetime | None = None,
+        node_id: UUID | str | None = None,
+    ) -> Node:
+        """Create a memory (journaled as a create record). ``node_id`` may be given (PR409 if taken)."""
+        return self._backend.execute(
+            add_node_request(
+                content,
+                user_id,
+                scope,
+                namespace,
+                kind,
+                confidence_base,
+                salience_base,
+                stability,
+                decay_profile,
+                next_review_at,
+                node_id,
+            )
+        )
+
+    def add_event(
+        self,
+        content: str,
+        *,
+        user_id: str,
+        scope: str = "personal",
+        namespace: str = "default",
+        kind: str = "message",
+        payload: Mapping[str, Any] | None = None,
+        occurred_at: datetime | None = None,
+        event_id: UUID | str | None = None,
+    ) -> Event:
+        """Record immutable evidence; ``occurred_at`` defaults to now."""
+        return self._backend.execute(
+            add_event_request(content, user_id, scope, namespace, kind, payload, occurred_at, event_id)
+        )
+
+    def get_node(self, node_id: UUID | str, *, user_id: str) -> Node:
+        """One memory of ``user_id`` (any lifecycle state). :class:`NotFoundError` otherwise."""
+        return self._backend.execute(GetNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    def list_nodes(
+        self,
+        *,
+        user_id: str,
+        namespace: str | None = None,
+        after_node_id: UUID | str | None = None,
+        max_count: int = 100,
+    ) -> list[Node]:
+        """One page of memories in id order, after ``after_node_id``."""
+        return self._backend.execute(list_nodes_request(user_id, namespace, after_node_id, max_count))
+
+    def iter_nodes(self, *, user_id: str, namespace: str | None = None, page_size: int = 100) -> Iterator[Node]:
+        """Every memory of ``user_id`` in id order, fetched in keyset pages of ``page_size``."""
+        page_size = check_page_size(page_size)
+        after: UUID | None = None
+        while True:
+            page = self.list_nodes(user_id=user_id, namespace=namespace, after_node_id=after, max_count=page_size)
+            yield from page
+            if len(page) < page_size:
+                return
+            after = page[-1].id
+
+    def reinforce(
+        self,
+        node_id: UUID | str,
+        evidence_id: UUID | str | None = None,
+        *,
+        user_id: str,
+        request_id: UUID | str | None = None,
+    ) -> Node:
+        """Confirm a memory (DESIGN.md section 3).
+
+        With ``request_id``, a retry of the same call returns the current node with
+        ``replayed=True`` and changes nothing; reusing it for another node or evidence
+        raises :class:`IdempotencyConflict`.
+        """
+        return self._backend.execute(reinforce_request(node_id, evidence_id, user_id, request_id))
+
+    def archive_node(self, node_id: UUID | str, *, user_id: str) -> Node:
+        """Retire a memory: it stays readable but can no longer be confirmed."""
+        return self._backend.execute(ArchiveNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    def verify_journal(self, *, user_id: str, independent: bool = False) -> list[JournalIssue]:
+        """Problems in the journal of ``user_id``; an empty list means it verifies.
+
+        By default the engine checks itself (``prme.verify_journal``). With
+        ``independent=True`` the records are read and checked by Python's own verifier
+        (:func:`prme_pg.journal.verify_records`: sha256, RFC 8785 form, chain,
+        continuity, heads); on PostgreSQL that needs SELECT on the tables.
+        """
+        if independent:
+            records, heads = self.journal_records(user_id=user_id)
+            return verify_records(records, heads)
+        return self._backend.execute(VerifyJournal(user_id=user_id))
+
+    def replay_node(self, node_id: UUID | str, *, user_id: str) -> ReplayResult:
+        """Rebuild a memory from its journal and compare it with the stored row."""
+        return self._backend.execute(ReplayNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    def journal_records(self, *, user_id: str) -> tuple[list[JournalRecord], list[NodeHead]]:
+        """The stored journal of ``user_id`` and each node's head, as the verifier reads them."""
+        return self._backend.execute(JournalRecords(user_id=user_id))
+
+    def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
+        """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
+        return self._backend.execute(AuthenticateApiToken(user_id=user_id, token_sha256=token_sha256))
+
+    def create_api_token(self, user_id: str, *, label: str = "") -> str:
+        """Mint a bearer token for ``user_id``; only its sha256 is stored, so show it once (PostgreSQL only)."""
+        token = new_token(user_id)
+        self._backend.execute(CreateApiToken(user_id=user_id, token_sha256=token_sha256(token), label=label))
+        return token
+
+    def revoke_api_token(self, token: str) -> bool:
+        """Revoke a bearer token; false when it is malformed, unknown or already revoked (PostgreSQL only)."""
+        parsed = parse_token(token)
+        if parsed is None:
+            return False
+        return self._backend.execute(RevokeApiToken(user_id=parsed.user_id, token_sha256=parsed.sha256))
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """Whether the database accepts writes, and its applied migrations as ``version:sha256``
+        (PostgreSQL only)."""
+        return self._backend.execute(Readiness())
+
+
+class _BorrowedPool(PostgresBackend):
+    """A caller's pool: used, never closed."""
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,111 @@
+"""Result types: frozen dataclasses, one per thing the engine returns.
+
+Field names are the SQL column names. Numbers are :class:`~decimal.Decimal` (the
+engine stores ``numeric(5,4)``: caps must hold exactly), times are timezone-aware
+UTC :class:`~datetime.datetime`, ids are :class:`~uuid.UUID`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+__all__ = ["Event", "JournalIssue", "JournalRecord", "Node", "NodeHead", "ReplayResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A memory: every column of ``prme.node_view``.
+
+    ``replayed`` is true only on a :meth:`reinforce` result that was answered from
+    its idempotency key (a retry of a call that already counted).
+    """
+
+    id: UUID
+    user_id: str
+    namespace: str
+    scope: str
+    kind: str
+    content: str
+    confidence_base: Decimal
+    salience_base: Decimal
+    reinforcement_boost: Decimal
+    last_reinforced_at: datetime | None
+    evidence_refs: tuple[UUID, ...]
+    stability: str
+    next_review_at: datetime | None
+    lifecycle_state: str
+    decay_profile: str
+    created_at: datetime
+    updated_at: datetime
+    version: int
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Immutable evidence (a row of ``prme.events``). Not hashable: ``payload`` is a dict."""
+
+    id: UUID
+    user_id: str
+    namespace: str
+    scope: str
+    kind: str
+    content: str
+    payload: dict[str, Any]
+    occurred_at: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JournalIssue:
+    """One problem found in the journal (a row of ``prme.verify_journal``)."""
+
+    node_id: UUID
+    node_version: int
+    problem: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """A node rebuilt from its journal and compared with the stored row.
+
+    ``stored`` and ``replayed`` are node states as JSON objects, numbers parsed as
+    :class:`~decimal.Decimal`; ``replayed`` is ``None`` when no record could be replayed.
+    """
+
+    records: int
+    matches: bool
+    problem: str | None
+    stored: dict[str, Any] | None
+    replayed: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """A stored journal row, as the independent verifier (:mod:`prme_pg.journal`) reads it."""
+
+    user_id: str
+    node_id: UUID
+    node_version: int
+    record_version: int
+    op: str
+    operation_id: UUID
+    request_id: UUID | None
+    evidence_id: UUID | None
+    record: str
+    checksum: str
+    prev_checksum: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHead:
+    """Where a node's chain must end: its version and the checksum it points at."""
+
+    node_id: UUID
+    version: int
+    last_checksum: str

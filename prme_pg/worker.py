@@ -1,0 +1,292 @@
+"""The operations executor as a long-running process (``prme-pg worker``).
+
+Every rule lives in PostgreSQL: this module only calls ``prme.run_operations``
+in a loop. Each call is one transaction that claims a batch (``FOR UPDATE SKIP
+LOCKED``, so several workers share the queue) and applies it exactly once. The
+worker
+
+* runs batches back to back while there is work;
+* otherwise waits on ``LISTEN prme_operations`` for new work (payload ``ready``:
+  an operation was accepted or released). Submits notify at most once per
+  ``prme.notify_interval_ms`` (50 ms by default), so after any activity the
+  worker looks once more ``settle`` seconds later (the trailing edge of that
+  throttle), and it polls every ``poll_interval`` seconds in any case (retries
+  whose backoff expired, transactions that committed after a look);
+* stops gracefully: ``stop.set()``, SIGTERM or SIGINT let the current batch finish
+  (it is one transaction: it commits or rolls back whole), then return;
+* reconnects after a lost connection (a batch in flight rolls back and is
+  claimed again), except on the first connection, where an error is raised.
+
+pg_cron can call ``SELECT * FROM prme.run_operations(100, 'pg_cron')`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+__all__ = [
+    "CHANNEL",
+    "BatchResult",
+    "WorkerStats",
+    "default_worker_name",
+    "main",
+    "run_batch",
+    "run_worker",
+]
+
+log = logging.getLogger("prme_pg.worker")
+
+#: The channel prme's ledger notifies: payload ``ready`` (claimable work) or ``events``.
+CHANNEL = "prme_operations"
+
+LISTEN_SQL = "LISTEN prme_operations"
+RUN_OPERATIONS_SQL = (
+    "SELECT outcome FROM prme.run_operations(max_count => %(batch)s, worker => %(worker)s, max_parts => %(max_parts)s)"
+)
+
+_OUTCOMES = ("committed", "rejected", "blocked", "retry", "progress", "skipped")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one ``prme.run_operations`` call did, by outcome."""
+
+    claimed: int = 0
+    committed: int = 0
+    rejected: int = 0
+    blocked: int = 0
+    retry: int = 0
+    progress: int = 0
+    skipped: int = 0
+
+    @classmethod
+    def from_outcomes(cls, outcomes: Sequence[str]) -> BatchResult:
+        counts = dict.fromkeys(_OUTCOMES, 0)
+        for outcome in outcomes:
+            if outcome in counts:
+                counts[outcome] += 1
+        return cls(claimed=len(outcomes), **counts)
+
+    @property
+    def finished(self) -> int:
+        """Operations that reached a terminal state (committed or rejected) in this batch."""
+        return self.committed + self.rejected
+
+    @property
+    def moved(self) -> bool:
+        """True when the batch changed something (anything but skipped operations)."""
+        return self.claimed > self.skipped
+
+
+@dataclass
+class WorkerStats:
+    """Running totals of a worker, passed to ``on_progress`` after every batch."""
+
+    batches: int = 0
+    committed: int = 0
+    rejected: int = 0
+    blocked: int = 0
+    retry: int = 0
+    progress: int = 0
+    skipped: int = 0
+    reconnects: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    last: BatchResult = field(default_factory=BatchResult)
+
+    def add(self, batch: BatchResult) -> None:
+        self.batches += 1
+        self.committed += batch.committed
+        self.rejected += batch.rejected
+        self.blocked += batch.blocked
+        self.retry += batch.retry
+        self.progress += batch.progress
+        self.skipped += batch.skipped
+        self.last = batch
+
+    @property
+    def finished(self) -> int:
+        return self.committed + self.rejected
+
+
+def default_worker_name() -> str:
+    """``host:pid``: what receipts show as the worker of an operation."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_batch(
+    conn: psycopg.Connection[Any], *, batch: int = 100, worker: str | None = None, max_parts: int = 64
+) -> BatchResult:
+    """One call of ``prme.run_operations`` on an autocommit connection."""
+    params = {"batch": batch, "worker": worker or default_worker_name(), "max_parts": max_parts}
+    rows = conn.execute(RUN_OPERATIONS_SQL, params).fetchall()
+    return BatchResult.from_outcomes([str(row[0]) for row in rows])
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True, application_name="prme-pg worker")
+    conn.execute(LISTEN_SQL)
+    return conn
+
+
+def _wait_for_work(conn: psycopg.Connection[Any], stop: threading.Event, timeout: float) -> bool:
+    """Wait up to timeout seconds for a ``ready`` notification; True if one came."""
+    deadline = time.monotonic() + timeout
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        # Short slices, so that stop is noticed promptly.
+        for notify in conn.notifies(timeout=min(remaining, 0.25)):
+            if notify.channel == CHANNEL and notify.payload == "ready":
+                return True
+    return False
+
+
+def _drain_backlog(conn: psycopg.Connection[Any]) -> bool:
+    """Consume notifications that arrived during the last batch; True if one announced work."""
+    ready = False
+    for notify in conn.notifies(timeout=0):
+        ready = ready or (notify.channel == CHANNEL and notify.payload == "ready")
+    return ready
+
+
+@contextmanager
+def _signals_set(stop: threading.Event, install: bool) -> Iterator[None]:
+    """SIGTERM and SIGINT set stop while the worker runs (main thread only)."""
+    if not install or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: stopping after the current batch", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run_worker(
+    dsn: str,
+    *,
+    worker: str | None = None,
+    batch: int = 100,
+    max_parts: int = 64,
+    poll_interval: float = 1.0,
+    settle: float = 0.1,
+    stop: threading.Event | None = None,
+    on_progress: Callable[[WorkerStats], None] | None = None,
+    until_idle: bool = False,
+    install_signal_handlers: bool = True,
+    reconnect_delay: float = 1.0,
+) -> int:
+    """Run the executor until stopped; return how many operations it finished.
+
+    ``worker`` names this process in receipts (default ``host:pid``); ``batch`` is
+    ``max_count`` of each ``prme.run_operations`` call and ``max_parts`` the parts
+    of long memories validated per call. When idle it waits for a notification,
+    ``settle`` seconds after activity and ``poll_interval`` seconds otherwise.
+    ``until_idle`` returns as soon as a batch finds nothing to do (for scripts and
+    tests). ``on_progress`` is called with the running totals after every batch
+    that claimed something. ``stop`` (or SIGTERM/SIGINT, when
+    ``install_signal_handlers`` and on the main thread) ends the loop after the
+    current batch.
+    """
+    if batch < 1 or batch > 1000:
+        raise ValueError("batch must be between 1 and 1000")
+    stop = stop or threading.Event()
+    name = worker or default_worker_name()
+    stats = WorkerStats()
+    active = True  # the next idle wait is the short one
+    with _signals_set(stop, install_signal_handlers):
+        conn: psycopg.Connection[Any] | None = _connect(dsn)
+        try:
+            while not stop.is_set():
+                try:
+                    if conn is None:
+                        conn = _connect(dsn)
+                        stats.reconnects += 1
+                        log.info("reconnected")
+                    result = run_batch(conn, batch=batch, worker=name, max_parts=max_parts)
+                except psycopg.OperationalError as exc:
+                    # The server went away or ended this backend: whatever the batch
+                    # did rolled back and will be claimed again.
+                    log.warning("connection lost (%s); reconnecting in %.1fs", exc, reconnect_delay)
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    stop.wait(reconnect_delay)
+                    continue
+                if result.claimed:
+                    stats.add(result)
+                    if on_progress is not None:
+                        on_progress(stats)
+                if (result.claimed >= batch and result.moved) or result.progress:
+                    continue  # more is waiting, or a long memory has parts left
+                if until_idle and not result.moved:
+                    break
+                if not result.moved and result.claimed:
+                    # Only contention: give the other executor a moment.
+                    stop.wait(0.05)
+                    continue
+                timeout = min(settle, poll_interval) if (active or result.moved) else poll_interval
+                try:
+                    # Work announced while the batch ran is not waited for.
+                    active = _drain_backlog(conn) or _wait_for_work(conn, stop, timeout)
+                except psycopg.OperationalError:
+                    conn.close()
+                    conn = None
+        finally:
+            if conn is not None:
+                conn.close()
+    return stats.finished
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m prme_pg.worker --dsn URL``: run the executor until SIGTERM."""
+    parser = argparse.ArgumentParser(prog="prme-pg worker", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--dsn", default=os.environ.get("PRME_DSN") or os.environ.get("DATABASE_URL"))
+    parser.add_argument("--worker", default=None, help="name shown in receipts (default host:pid)")
+    parser.add_argument("--batch", type=int, default=100, help="operations per transaction (1..1000)")
+    parser.add_argument("--max-parts", type=int, default=64, help="long-memory parts validated per transaction")
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls when idle")
+    parser.add_argument("--until-idle", action="store_true", help="exit when there is nothing left to do")
+    args = parser.parse_args(argv)
+    if not args.dsn:
+        parser.error("--dsn is required (or set PRME_DSN or DATABASE_URL)")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        finished = run_worker(
+            args.dsn,
+            worker=args.worker,
+            batch=args.batch,
+            max_parts=args.max_parts,
+            poll_interval=args.poll_interval,
+            until_idle=args.until_idle,
+        )
+    except (psycopg.Error, ValueError) as exc:
+        print(f"prme-pg worker: {exc}", file=sys.stderr)
+        return 1
+    log.info("stopped after finishing %d operations", finished)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

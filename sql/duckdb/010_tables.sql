@@ -1,0 +1,87 @@
+-- =============================================================================
+-- prme-pg DuckDB port: tables of a memory pack
+--
+-- The same tables and columns as PostgreSQL's prme schema (DESIGN.md section 2),
+-- with DuckDB types: DECIMAL(5,4) numbers, TIMESTAMPTZ times, UUID[] evidence.
+-- Primary keys are the same and lead with user_id. What DuckDB cannot express is
+-- kept by the single-writer transaction of prme_pg.backends.duckdb instead:
+-- foreign keys (DuckDB cannot defer them, and rejects updates of a referenced
+-- row) and the append-only triggers of events and journal. verify_journal
+-- (030_checks.sql) detects any change made behind its back.
+-- Applied on every open; every statement is idempotent.
+-- =============================================================================
+
+CREATE SCHEMA IF NOT EXISTS prme;
+
+CREATE TABLE IF NOT EXISTS prme.pack_info (
+    key VARCHAR PRIMARY KEY,
+    value VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS prme.nodes (
+    id UUID NOT NULL,
+    user_id VARCHAR NOT NULL,
+    namespace VARCHAR NOT NULL DEFAULT 'default' CHECK (regexp_full_match(namespace, '[a-z][a-z0-9_-]{0,62}')),
+    scope VARCHAR NOT NULL DEFAULT 'personal' CHECK (regexp_full_match(scope, '[a-z][a-z0-9_-]{0,62}')),
+    kind VARCHAR NOT NULL DEFAULT 'fact' CHECK (regexp_full_match(kind, '[a-z][a-z0-9_-]{0,62}')),
+    content VARCHAR NOT NULL,
+    confidence_base DECIMAL(5, 4) NOT NULL DEFAULT 0.5 CHECK (confidence_base BETWEEN 0 AND 1),
+    salience_base DECIMAL(5, 4) NOT NULL DEFAULT 0.5 CHECK (salience_base BETWEEN 0 AND 1),
+    reinforcement_boost DECIMAL(5, 4) NOT NULL DEFAULT 0 CHECK (reinforcement_boost BETWEEN 0 AND 1),
+    last_reinforced_at TIMESTAMPTZ,
+    evidence_refs UUID [] NOT NULL DEFAULT [],
+    stability VARCHAR NOT NULL DEFAULT 'low' CHECK (stability IN ('low', 'semi-stable', 'stable')),
+    next_review_at TIMESTAMPTZ,
+    lifecycle_state VARCHAR NOT NULL DEFAULT 'active'
+    CHECK (lifecycle_state IN ('active', 'contested', 'superseded', 'deprecated', 'archived')),
+    decay_profile VARCHAR NOT NULL DEFAULT 'medium'
+    CHECK (decay_profile IN ('permanent', 'slow', 'medium', 'fast', 'rapid')),
+    created_at TIMESTAMPTZ NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL,
+    version BIGINT NOT NULL CHECK (version > 0),
+    -- Derived: checksum of this node's newest journal record (the next record's link).
+    last_checksum VARCHAR NOT NULL CHECK (regexp_full_match(last_checksum, '[0-9a-f]{64}')),
+    PRIMARY KEY (user_id, id)
+);
+
+CREATE TABLE IF NOT EXISTS prme.events (
+    id UUID NOT NULL,
+    user_id VARCHAR NOT NULL,
+    namespace VARCHAR NOT NULL DEFAULT 'default' CHECK (regexp_full_match(namespace, '[a-z][a-z0-9_-]{0,62}')),
+    scope VARCHAR NOT NULL DEFAULT 'personal' CHECK (regexp_full_match(scope, '[a-z][a-z0-9_-]{0,62}')),
+    kind VARCHAR NOT NULL DEFAULT 'message' CHECK (regexp_full_match(kind, '[a-z][a-z0-9_-]{0,62}')),
+    content VARCHAR NOT NULL,
+    payload JSON NOT NULL DEFAULT '{}',
+    occurred_at TIMESTAMPTZ NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, id)
+);
+
+CREATE TABLE IF NOT EXISTS prme.journal (
+    user_id VARCHAR NOT NULL,
+    node_id UUID NOT NULL,
+    node_version BIGINT NOT NULL CHECK (node_version > 0),
+    record_version SMALLINT NOT NULL CHECK (record_version IN (1, 2)),
+    op VARCHAR NOT NULL,
+    operation_id UUID NOT NULL,
+    request_id UUID,
+    evidence_id UUID,
+    record VARCHAR NOT NULL,
+    checksum VARCHAR NOT NULL CHECK (regexp_full_match(checksum, '[0-9a-f]{64}')),
+    prev_checksum VARCHAR CHECK (regexp_full_match(prev_checksum, '[0-9a-f]{64}')),
+    recorded_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, node_id, node_version),
+    CHECK (record_version = 2 OR (request_id IS NULL AND prev_checksum IS NULL))
+);
+
+CREATE TABLE IF NOT EXISTS prme.request_keys (
+    user_id VARCHAR NOT NULL,
+    namespace VARCHAR NOT NULL,
+    request_id UUID NOT NULL,
+    operation VARCHAR NOT NULL CHECK (regexp_full_match(operation, '[a-z][a-z0-9_]{0,62}')),
+    node_id UUID NOT NULL,
+    evidence_id UUID,
+    node_version BIGINT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, namespace, request_id)
+);

@@ -1,0 +1,219 @@
+-- =============================================================================
+-- prme-pg: recall (full-text search ranked by relevance and virtual decay)
+--
+-- prme.recall(user_id, query, scopes, max_count, as_of) returns an owner's
+-- memories that match the query, best first:
+--   relevance = the share of the query's distinct lexemes found in the memory
+--               (to_tsvector('english'), as nodes.search has them)
+--   strength  = (effective_salience + effective_confidence) / 2   (at as_of)
+--   score     = relevance * (0.5 + 0.5 * strength)
+-- ordered by score descending, then id ascending (deterministic). A memory
+-- matches when it shares at least one lexeme with the query; without a query
+-- (NULL or blank) every memory matches with relevance 1 and strength ranks alone.
+-- Archived and deprecated memories never appear; neither do another owner's.
+--
+-- The match runs on the GIN index over nodes.search, whose keys are the owner's key
+-- followed by a lexeme: the work grows with the owner's matching memories, not with
+-- the table. See docs/RECALL.md.
+-- =============================================================================
+
+CREATE FUNCTION prme._valid_scopes(scopes text[])
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_scope text;
+    v_result text[] := '{}'::text[];
+BEGIN
+    IF scopes IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF cardinality(scopes) NOT BETWEEN 1 AND 100 OR array_ndims(scopes) <> 1 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'scopes must be a one-dimensional array of 1 to 100 scopes',
+            DETAIL = format('got %s elements', cardinality(scopes));
+    END IF;
+    FOREACH v_scope IN ARRAY scopes LOOP
+        v_scope := prme._valid_name('scope', v_scope);
+        IF NOT v_scope = ANY (v_result) THEN
+            v_result := v_result || v_scope;
+        END IF;
+    END LOOP;
+    RETURN v_result;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_scopes(text[]) IS
+'Internal: NULL stays NULL; otherwise 1..100 valid scope names, returned without duplicates in first-seen order. '
+'Anything else raises PR422.';
+
+CREATE FUNCTION prme._any_lexeme_query(lexemes text[])
+RETURNS tsquery
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF lexemes IS NULL OR cardinality(lexemes) = 0 THEN
+        RETURN NULL;
+    END IF;
+    -- 'l1' | 'l2' | ...: each lexeme quoted as tsquery input quotes it (quotes and
+    -- backslashes doubled), so no lexeme is parsed or stemmed a second time.
+    RETURN array_to_string(
+        ARRAY(
+            SELECT '''' || replace(replace(l.lexeme, '\', '\\'), '''', '''''') || ''''
+            FROM unnest(lexemes) AS l (lexeme)
+        ),
+        ' | '
+    )::tsquery;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._any_lexeme_query(text[]) IS
+'Internal: a tsquery matching any of the given (already normalised) lexemes; NULL for none.';
+
+CREATE FUNCTION prme.recall(
+    user_id text,
+    query text DEFAULT NULL,
+    scopes text[] DEFAULT NULL,
+    max_count integer DEFAULT 10,
+    as_of timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    rank integer,
+    score double precision,
+    relevance double precision,
+    effective_salience double precision,
+    effective_confidence double precision,
+    id uuid,
+    namespace text,
+    scope text,
+    kind text,
+    content text,
+    lifecycle_state text,
+    decay_profile text,
+    confidence_base numeric,
+    salience_base numeric,
+    reinforcement_boost numeric,
+    last_reinforced_at timestamptz,
+    created_at timestamptz,
+    updated_at timestamptz,
+    version bigint
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(recall.user_id);
+    v_scopes text[] := prme._valid_scopes(recall.scopes);
+    v_as_of timestamptz := prme._valid_timestamp('as_of', coalesce(recall.as_of, now()));
+    v_lexemes text[];
+    v_lexeme_count integer;
+    v_query tsquery;
+BEGIN
+    IF recall.max_count IS NULL OR recall.max_count NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 1000';
+    END IF;
+    IF octet_length(recall.query) > 65536 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'query must be at most 65536 bytes',
+            DETAIL = format('got %s bytes', octet_length(recall.query));
+    END IF;
+
+    IF recall.query IS NULL OR btrim(recall.query, E' \t\n\r\f\v') = '' THEN
+        -- No query: every recallable memory of the owner matches; strength ranks alone.
+        RETURN QUERY
+        SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
+            r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
+            r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
+            r.last_reinforced_at, r.created_at, r.updated_at, r.version
+        FROM (
+            SELECT s.* FROM (
+                SELECT d.*, d.relevance * (0.5 + 0.25 * d.effective_salience + 0.25 * d.effective_confidence) AS score
+                FROM (
+                    SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
+                        n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
+                        n.created_at, n.updated_at, n.version, 1.0::double precision AS relevance,
+                        prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
+                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
+                        ) AS effective_salience,
+                        prme._effective_confidence(n.confidence_base, n.decay_profile,
+                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
+                        ) AS effective_confidence
+                    FROM prme.nodes AS n
+                    WHERE n.user_id = v_user_id
+                      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+                      AND (v_scopes IS NULL OR n.scope = ANY (v_scopes))
+                    OFFSET 0  -- a level of its own: each effective value is computed once per row
+                ) AS d
+            ) AS s
+            ORDER BY s.score DESC, s.id
+            LIMIT recall.max_count
+        ) AS r
+        ORDER BY r.score DESC, r.id;
+        RETURN;
+    END IF;
+
+    v_lexemes := prme._owner_lexemes(v_user_id, recall.query);
+    v_lexeme_count := cardinality(v_lexemes);
+    IF v_lexeme_count = 0 THEN
+        RETURN;  -- only stop words and punctuation: nothing can match
+    END IF;
+    v_query := prme._any_lexeme_query(v_lexemes);
+
+    -- Same shape as above, plus the match and relevance: the memory's lexemes that
+    -- are in the query, i.e. all of them minus the rest. The query's lexemes carry
+    -- the owner's key, so the GIN index on search finds this owner's matches alone;
+    -- the owner test stays outside the inner level, as a recheck (two owners whose
+    -- keys collided would share postings), so the planner does not also scan the
+    -- owner's rows in the primary key to intersect them.
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
+        r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
+        r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
+        r.last_reinforced_at, r.created_at, r.updated_at, r.version
+    FROM (
+        SELECT s.* FROM (
+            SELECT d.*, d.relevance * (0.5 + 0.25 * d.effective_salience + 0.25 * d.effective_confidence) AS score
+            FROM (
+                SELECT n.user_id, n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
+                    n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
+                    n.created_at, n.updated_at, n.version,
+                    (length(n.search) - length(ts_delete(n.search, v_lexemes)))::double precision
+                    / v_lexeme_count AS relevance,
+                    prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
+                    ) AS effective_salience,
+                    prme._effective_confidence(n.confidence_base, n.decay_profile,
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
+                    ) AS effective_confidence
+                FROM prme.nodes AS n
+                WHERE n.search @@ v_query
+                  AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+                  AND (v_scopes IS NULL OR n.scope = ANY (v_scopes))
+                OFFSET 0  -- a level of its own: each effective value is computed once per row
+            ) AS d
+            WHERE d.user_id = v_user_id
+        ) AS s
+        ORDER BY s.score DESC, s.id
+        LIMIT recall.max_count
+    ) AS r
+    ORDER BY r.score DESC, r.id;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) IS
+'Full-text recall over the memories of user_id, best first: relevance (share of the query''s lexemes the memory '
+'has) times 0.5 + 0.25 * effective_salience + 0.25 * effective_confidence at as_of (default now; NULL means now), '
+'ties by id. A NULL or blank query ranks every memory by strength alone. scopes (NULL = all) filters; max_count is '
+'1..1000. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+GRANT EXECUTE ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) TO prme_app;

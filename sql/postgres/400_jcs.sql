@@ -1,0 +1,398 @@
+-- =============================================================================
+-- prme-pg: canonical JSON (RFC 8785) and name-based UUIDs (RFC 4122 version 5)
+--
+-- The operations ledger identifies a payload by the sha256 of its RFC 8785 (JCS)
+-- form, recomputed here so that the database never trusts a client's hash. The
+-- rules, as the Python rfc8785 package applies them:
+--   * object members sorted by the UTF-16 code units of their keys (not by code
+--     points: U+E000..U+FFFF sort after the surrogate pairs of U+10000 and up);
+--   * strings escaped minimally: \" \\ \b \f \n \r \t, other controls as \u00xx;
+--   * numbers as IEEE 754 doubles, written the way ECMAScript's Number::toString
+--     writes them (shortest round-trip digits; 1e-7 and 1e+21 in exponent form,
+--     0.000001 and 100000000000000000000 without). jsonb keeps numbers as exact
+--     numerics: an integer within 2^53 is written as is, anything else goes
+--     through float8, whose text output (extra_float_digits = 1) is the shortest
+--     round-trip digits and is only re-formatted here. A number out of double
+--     range (including one that would round to zero) is PR422.
+-- jsonb cannot hold duplicate keys, NUL characters or lone surrogates, so the
+-- input is already I-JSON; the caller's jsonb cast reports those.
+--
+-- uuid v5 needs SHA-1, which core PostgreSQL lacks (pgcrypto and uuid-ossp have
+-- it, but installing an extension needs rights a migration should not assume),
+-- so a small PL/pgSQL SHA-1 is here. prme.derived_id(operation_id) is
+-- uuid5(473adea8-cd69-5ad2-b4b4-e329cd93d1ff, lowercase text of operation_id);
+-- in Python: uuid.uuid5(uuid.uuid5(uuid.NAMESPACE_URL, 'urn:prme-pg:operations'),
+-- str(operation_id)).
+-- =============================================================================
+
+CREATE FUNCTION prme._sha1(data bytea)
+RETURNS bytea
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_length bigint := octet_length(data);
+    v_message bytea;
+    v_w bigint[];
+    v_h0 bigint := 1732584193;
+    v_h1 bigint := 4023233417;
+    v_h2 bigint := 2562383102;
+    v_h3 bigint := 271733878;
+    v_h4 bigint := 3285377520;
+    v_a bigint;
+    v_b bigint;
+    v_c bigint;
+    v_d bigint;
+    v_e bigint;
+    v_f bigint;
+    v_k bigint;
+    v_t bigint;
+    v_offset integer;
+BEGIN
+    -- FIPS 180-4: pad with 0x80, zeros to 56 mod 64, then the bit length (big-endian).
+    v_message := data || '\x80'::bytea
+        || substr(decode(repeat('00', 64), 'hex'), 1, (119 - (v_length % 64)::integer) % 64)
+        || int8send(v_length * 8);
+    FOR v_block IN 0 .. octet_length(v_message) / 64 - 1 LOOP
+        v_w := '{}';
+        FOR v_i IN 0 .. 15 LOOP
+            v_offset := v_block * 64 + v_i * 4;
+            v_w[v_i] := (get_byte(v_message, v_offset)::bigint << 24)
+                | (get_byte(v_message, v_offset + 1)::bigint << 16)
+                | (get_byte(v_message, v_offset + 2)::bigint << 8)
+                | get_byte(v_message, v_offset + 3)::bigint;
+        END LOOP;
+        FOR v_i IN 16 .. 79 LOOP
+            v_t := v_w[v_i - 3] # v_w[v_i - 8] # v_w[v_i - 14] # v_w[v_i - 16];
+            v_w[v_i] := ((v_t << 1) | (v_t >> 31)) & 4294967295;
+        END LOOP;
+        v_a := v_h0;
+        v_b := v_h1;
+        v_c := v_h2;
+        v_d := v_h3;
+        v_e := v_h4;
+        FOR v_i IN 0 .. 79 LOOP
+            IF v_i < 20 THEN
+                v_f := (v_b & v_c) | ((v_b # 4294967295) & v_d);
+                v_k := 1518500249;
+            ELSIF v_i < 40 THEN
+                v_f := v_b # v_c # v_d;
+                v_k := 1859775393;
+            ELSIF v_i < 60 THEN
+                v_f := (v_b & v_c) | (v_b & v_d) | (v_c & v_d);
+                v_k := 2400959708;
+            ELSE
+                v_f := v_b # v_c # v_d;
+                v_k := 3395469782;
+            END IF;
+            v_t := ((((v_a << 5) | (v_a >> 27)) & 4294967295) + v_f + v_e + v_k + v_w[v_i]) & 4294967295;
+            v_e := v_d;
+            v_d := v_c;
+            v_c := ((v_b << 30) | (v_b >> 2)) & 4294967295;
+            v_b := v_a;
+            v_a := v_t;
+        END LOOP;
+        v_h0 := (v_h0 + v_a) & 4294967295;
+        v_h1 := (v_h1 + v_b) & 4294967295;
+        v_h2 := (v_h2 + v_c) & 4294967295;
+        v_h3 := (v_h3 + v_d) & 4294967295;
+        v_h4 := (v_h4 + v_e) & 4294967295;
+    END LOOP;
+    RETURN substr(int8send(v_h0), 5) || substr(int8send(v_h1), 5) || substr(int8send(v_h2), 5)
+        || substr(int8send(v_h3), 5) || substr(int8send(v_h4), 5);
+END;
+$$;
+
+COMMENT ON FUNCTION prme._sha1(bytea) IS
+'Internal: SHA-1 (FIPS 180-4) of data, 20 bytes. Only for uuid v5 names; never for integrity.';
+
+CREATE FUNCTION prme._uuid_v5(namespace uuid, name text)
+RETURNS uuid
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_hash bytea;
+BEGIN
+    -- RFC 4122 section 4.3: SHA-1 of namespace bytes || UTF-8 name, first 16
+    -- bytes, version 5 in the high nibble of byte 6, variant 10 in byte 8.
+    v_hash := substr(prme._sha1(uuid_send(namespace) || convert_to(name, 'UTF8')), 1, 16);
+    v_hash := set_byte(v_hash, 6, (get_byte(v_hash, 6) & 15) | 80);
+    v_hash := set_byte(v_hash, 8, (get_byte(v_hash, 8) & 63) | 128);
+    RETURN encode(v_hash, 'hex')::uuid;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._uuid_v5(uuid, text) IS
+'Internal: the RFC 4122 version 5 (SHA-1, name-based) UUID of name in namespace; equals Python uuid.uuid5.';
+
+CREATE FUNCTION prme.derived_id(operation_id uuid)
+RETURNS uuid
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF operation_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'operation_id must not be null';
+    END IF;
+    RETURN prme._uuid_v5('473adea8-cd69-5ad2-b4b4-e329cd93d1ff', operation_id::text);
+END;
+$$;
+
+COMMENT ON FUNCTION prme.derived_id(uuid) IS
+'The id of the memory (add_node) or event (add_event) that an operation creates: '
+'uuid5(uuid5(NAMESPACE_URL, ''urn:prme-pg:operations''), lowercase operation_id), so callers know it in advance.';
+
+CREATE FUNCTION prme._jcs_double(value float8)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+SET extra_float_digits = 1
+AS $$
+DECLARE
+    v_abs float8 := abs(value);
+    v_parts text[];
+    v_digits text;
+    v_trimmed text;
+    v_point integer;
+    v_count integer;
+    v_length integer;
+    v_down text;
+    v_up text;
+    v_up_point integer;
+    v_down_ok boolean;
+    v_up_ok boolean;
+    v_exact numeric;
+    v_below numeric;
+    v_above numeric;
+    v_sign text := CASE WHEN value < 0 THEN '-' ELSE '' END;
+BEGIN
+    IF value = 0 THEN
+        RETURN '0';
+    END IF;
+    -- float8out with extra_float_digits > 0 writes round-trip digits as
+    -- D[.DDD][e+-XX]: value = 0.DIGITS * 10^v_point, DIGITS without leading or
+    -- trailing zeros.
+    v_parts := regexp_match(v_abs::text, '^([0-9]+)(?:\.([0-9]+))?(?:e([-+][0-9]+))?$');
+    v_digits := v_parts[1] || coalesce(v_parts[2], '');
+    v_point := length(v_parts[1]) + coalesce(v_parts[3]::integer, 0);
+    v_trimmed := ltrim(v_digits, '0');
+    v_point := v_point - (length(v_digits) - length(v_trimmed));
+    v_digits := rtrim(v_trimmed, '0');
+
+    -- PostgreSQL's Ryu leaves out the two halfway points to the neighbouring
+    -- doubles (it does not accept bounds); ECMAScript and Python count them, since
+    -- a tie rounds to the even mantissa. Only such a halfway point can be shorter
+    -- than PostgreSQL's digits, and it is then the digits cut or cut and rounded
+    -- up: try shorter lengths while one of the two still reads back as value.
+    v_length := length(v_digits) - 1;
+    WHILE v_length >= 1 LOOP
+        v_down := left(v_digits, v_length);
+        v_up := (v_down::numeric + 1)::text;
+        v_up_point := v_point + length(v_up) - v_length;
+        v_down_ok := ('0.' || v_down || 'e' || v_point)::float8 = v_abs;
+        v_up_ok := ('0.' || v_up || 'e' || v_up_point)::numeric <= 1.7976931348623158e308
+            AND ('0.' || v_up || 'e' || v_up_point)::float8 = v_abs;
+        IF v_down_ok AND v_up_ok THEN
+            -- Both halfway points: the one nearer the digits found, on a tie the even one.
+            v_exact := ('0.' || v_digits || 'e' || v_point)::numeric;
+            v_below := v_exact - ('0.' || v_down || 'e' || v_point)::numeric;
+            v_above := ('0.' || v_up || 'e' || v_up_point)::numeric - v_exact;
+            v_down_ok := v_below < v_above OR (v_below = v_above AND right(v_down, 1)::integer % 2 = 0);
+        END IF;
+        IF v_down_ok THEN
+            v_digits := rtrim(v_down, '0');
+        ELSIF v_up_ok THEN
+            v_digits := rtrim(v_up, '0');
+            v_point := v_up_point;
+        ELSE
+            EXIT;
+        END IF;
+        v_length := least(v_length, length(v_digits)) - 1;
+    END LOOP;
+
+    v_count := length(v_digits);
+    -- ECMA-262 Number::toString(10) for k = v_count digits and n = v_point.
+    IF v_count <= v_point AND v_point <= 21 THEN
+        RETURN v_sign || v_digits || repeat('0', v_point - v_count);
+    ELSIF 0 < v_point AND v_point <= 21 THEN
+        RETURN v_sign || left(v_digits, v_point) || '.' || substr(v_digits, v_point + 1);
+    ELSIF -6 < v_point AND v_point <= 0 THEN
+        RETURN v_sign || '0.' || repeat('0', -v_point) || v_digits;
+    END IF;
+    RETURN v_sign || left(v_digits, 1)
+        || CASE WHEN v_count > 1 THEN '.' || substr(v_digits, 2) ELSE '' END
+        || 'e' || CASE WHEN v_point > 0 THEN '+' ELSE '-' END || abs(v_point - 1)::text;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._jcs_double(float8) IS
+'Internal: a finite double as ECMAScript''s Number::toString writes it (RFC 8785 3.2.2.3): the shortest digits '
+'that read back as the same double, ties between neighbours counted as ECMAScript counts them.';
+
+CREATE FUNCTION prme._jcs_number(value numeric)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_text text;
+BEGIN
+    -- 1. Integers that a double holds exactly: their own digits (the common case).
+    IF value = trunc(value) AND abs(value) <= 9007199254740992 THEN
+        RETURN trunc(value)::text;
+    END IF;
+    -- 2. At most 15 significant digits (DBL_DIG) and 1e-6 <= |value| < 1e21: the
+    -- decimal survives a round trip through a double, so it is the shortest form,
+    -- and ECMAScript writes it without an exponent: numeric's own text, trailing
+    -- zeros cut.
+    IF abs(value) >= 0.000001 AND abs(value) < 1e21 THEN
+        v_text := trim_scale(value)::text;
+        IF length(ltrim(translate(v_text, '-.', ''), '0')) <= 15 THEN
+            RETURN v_text;
+        END IF;
+    END IF;
+    -- 3. Everything else through float8. Out of range means a result of infinity
+    -- or an underflow to zero, which the cast refuses; only extreme magnitudes
+    -- pay for the subtransaction that catches it.
+    IF abs(value) > 1e300 OR abs(value) < 1e-300 THEN
+        BEGIN
+            RETURN prme._jcs_double(value::float8);
+        EXCEPTION WHEN numeric_value_out_of_range THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR422',
+                MESSAGE = 'a JSON number is out of the range of an IEEE 754 double',
+                DETAIL = format('got %s', btrim(to_char(value, '9.9EEEE')));
+        END;
+    END IF;
+    RETURN prme._jcs_double(value::float8);
+END;
+$$;
+
+COMMENT ON FUNCTION prme._jcs_number(numeric) IS
+'Internal: a JSON number in RFC 8785 form (the ECMAScript text of the nearest double); PR422 when it is out of '
+'double range.';
+
+CREATE FUNCTION prme._jcs_key_order(key text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Byte order of UTF-8 (COLLATE "C") is code point order; UTF-16 code-unit
+    -- order differs only in putting U+E000..U+FFFF after every astral character.
+    -- Prefixing those with U+10FFFF (and U+10FFFF itself with U+10FFFF U+0001)
+    -- makes code point order agree with UTF-16 order. prme._jcs calls this only
+    -- for keys with a character from U+E000 up; any other key is its own sort key.
+    RETURN regexp_replace(
+        replace(key, U&'\+10FFFF', U&'\+10FFFF\0001'),
+        '([\uE000-\uFFFF])', U&'\+10FFFF' || '\1', 'g'
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION prme._jcs_key_order(text) IS
+'Internal: a sort key whose COLLATE "C" order is the UTF-16 code-unit order of object keys (RFC 8785 3.2.3).';
+
+CREATE FUNCTION prme._jcs(value jsonb)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    CASE jsonb_typeof(value)
+        WHEN 'object' THEN
+            RETURN '{' || coalesce((
+                SELECT string_agg(
+                    to_json(e.key)::text || ':' || CASE jsonb_typeof(e.value)
+                        WHEN 'number' THEN prme._jcs_number(e.value::numeric)
+                        WHEN 'object' THEN prme._jcs(e.value)
+                        WHEN 'array' THEN prme._jcs(e.value)
+                        ELSE e.value::text
+                    END,
+                    ',' ORDER BY CASE
+                        WHEN e.key ~ '[\uE000-\U0010FFFF]' THEN prme._jcs_key_order(e.key) ELSE e.key
+                    END COLLATE "C"
+                )
+                FROM jsonb_each(value) AS e
+            ), '') || '}';
+        WHEN 'array' THEN
+            RETURN '[' || coalesce((
+                SELECT string_agg(
+                    CASE jsonb_typeof(e.value)
+                        WHEN 'number' THEN prme._jcs_number(e.value::numeric)
+                        WHEN 'object' THEN prme._jcs(e.value)
+                        WHEN 'array' THEN prme._jcs(e.value)
+                        ELSE e.value::text
+                    END,
+                    ',' ORDER BY e.position
+                )
+                FROM jsonb_array_elements(value) WITH ORDINALITY AS e (value, position)
+            ), '') || ']';
+        WHEN 'number' THEN
+            RETURN prme._jcs_number(value::numeric);
+        ELSE
+            -- Strings: jsonb's output escapes exactly as RFC 8785 does. true, false, null.
+            RETURN value::text;
+    END CASE;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._jcs(jsonb) IS
+'Internal: the RFC 8785 canonical text of a JSON value (see prme.canonical_json).';
+
+CREATE FUNCTION prme.canonical_json(value jsonb)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must not be null';
+    END IF;
+    RETURN prme._jcs(value);
+END;
+$$;
+
+COMMENT ON FUNCTION prme.canonical_json(jsonb) IS
+'The RFC 8785 (JCS) canonical text of a JSON value: keys in UTF-16 order, minimal escapes, numbers as '
+'ECMAScript writes doubles. PR422 for a number out of double range.';
+
+CREATE FUNCTION prme.payload_hash(payload jsonb)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must not be null';
+    END IF;
+    RETURN prme._sha256_hex(prme._jcs(payload));
+END;
+$$;
+
+COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
+'sha256 (lowercase hex) of the RFC 8785 canonical UTF-8 text of payload: the payload_hash that '
+'prme.submit_operation expects.';
+
+GRANT EXECUTE ON FUNCTION prme.derived_id(uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.canonical_json(jsonb) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.payload_hash(jsonb) TO prme_app;

@@ -1,0 +1,254 @@
+-- =============================================================================
+-- prme-pg: the operations ledger (tables)
+--
+-- An operation is a write that a caller hands over and walks away from: it is
+-- accepted durably now (prme.submit_operation) and applied later, exactly once,
+-- by the executor (prme.run_operations). Its id is chosen by the caller, so a
+-- retry after a lost response finds the same operation instead of making a
+-- second one. States:
+--
+--   accepted -> blocked -> accepted (released) -> processing -> committed
+--                                                            \-> rejected
+-- committed and rejected are terminal. Every state change appends one row to
+-- prme.operation_events in the same transaction, with a per-operation sequence
+-- (operation_seq, 1, 2, 3, ...) and a position in the owner's stream (seq), and
+-- notifies channel prme_operations (payload 'ready': claimable work; 'events':
+-- anything else; submits throttled, see prme._notify_ready below).
+--
+-- seq is (top-level transaction id << 20) + n, n counting the owner's events
+-- within that transaction. Sequences drawn from a SEQUENCE can commit out of
+-- order, so a reader resuming "after seq S" could miss an event that commits
+-- later with a smaller number. Tying seq to the transaction id closes that gap:
+-- prme.operation_events shows only events of transactions older than the
+-- reader's snapshot xmin (every one of them has finished), and any transaction
+-- that finishes later has a larger id, hence larger seqs. See docs/LEDGER.md.
+-- =============================================================================
+
+CREATE TABLE prme.operations (
+    user_id text NOT NULL,
+    operation_id uuid NOT NULL,
+    schema_version integer NOT NULL CHECK (schema_version = 2),
+    kind text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_]{0,62}$'),
+    dependencies uuid[] NOT NULL DEFAULT '{}' CHECK (array_position(dependencies, NULL) IS NULL),
+    payload_hash text NOT NULL CHECK (payload_hash ~ '^[0-9a-f]{64}$'),
+    payload jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object'),
+    state text NOT NULL DEFAULT 'accepted'
+    CHECK (state IN ('accepted', 'blocked', 'processing', 'committed', 'rejected')),
+    blocked_by uuid[] NOT NULL DEFAULT '{}',
+    result jsonb,
+    error jsonb,
+    attempts integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    next_attempt_at timestamptz NOT NULL,
+    worker text,
+    last_event_seq integer NOT NULL DEFAULT 0 CHECK (last_event_seq >= 0),
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (user_id, operation_id),
+    CHECK ((state = 'blocked') = (cardinality(blocked_by) > 0)),
+    CHECK ((state = 'committed') = (result IS NOT NULL)),
+    CHECK (state <> 'rejected' OR error IS NOT NULL)
+);
+
+COMMENT ON TABLE prme.operations IS
+'The operations ledger: writes accepted by prme.submit_operation and applied exactly once by '
+'prme.run_operations. Keyed by the caller''s operation_id within its owner.';
+COMMENT ON COLUMN prme.operations.payload_hash IS
+'sha256 hex of the RFC 8785 canonical form of payload, recomputed by the database on submit.';
+COMMENT ON COLUMN prme.operations.blocked_by IS
+'While blocked: the dependencies that have not committed yet, sorted.';
+COMMENT ON COLUMN prme.operations.next_attempt_at IS
+'The executor claims an accepted or processing operation from this time on (retries back off).';
+COMMENT ON COLUMN prme.operations.last_event_seq IS
+'operation_seq of the newest event of this operation (events are numbered under the row lock).';
+
+-- The executor's queue: what can be claimed, oldest first.
+CREATE INDEX operations_ready ON prme.operations (next_attempt_at)
+WHERE state IN ('accepted', 'processing');
+
+-- Dependents to release or reject when an operation finishes.
+CREATE INDEX operations_blocked ON prme.operations (user_id)
+WHERE state = 'blocked';
+
+CREATE TABLE prme.operation_events (
+    user_id text NOT NULL,
+    seq bigint NOT NULL CHECK (seq > 0),
+    operation_id uuid NOT NULL,
+    operation_seq integer NOT NULL CHECK (operation_seq > 0),
+    state text NOT NULL CHECK (state IN ('accepted', 'blocked', 'processing', 'committed', 'rejected')),
+    detail jsonb NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL,
+    PRIMARY KEY (user_id, seq),
+    UNIQUE (user_id, operation_id, operation_seq)
+    -- No foreign key to prme.operations: events are written only by this module,
+    -- under the row lock of their operation, and a key check would lock that row
+    -- once more (FOR KEY SHARE, one more WAL record) for every event.
+);
+
+COMMENT ON TABLE prme.operation_events IS
+'Append-only history of every operation state change. seq orders an owner''s stream (transaction id << 20, '
+'plus a counter); operation_seq numbers the events of one operation from 1.';
+
+CREATE TRIGGER operation_events_append_only
+BEFORE UPDATE OR DELETE ON prme.operation_events
+FOR EACH ROW EXECUTE FUNCTION prme._refuse_change();
+
+CREATE TRIGGER operation_events_no_truncate
+BEFORE TRUNCATE ON prme.operation_events
+FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
+
+-- What operation_events returns.
+CREATE TYPE prme.operation_event AS (
+    seq bigint,
+    operation_id uuid,
+    operation_seq integer,
+    state text,
+    detail jsonb,
+    created_at timestamptz
+);
+
+COMMENT ON TYPE prme.operation_event IS
+'One event of an operation as prme.operation_events returns it.';
+
+-- What submit_operation and get_receipt return.
+CREATE TYPE prme.operation_receipt AS (
+    operation_id uuid,
+    kind text,
+    payload_hash text,
+    dependencies uuid[],  -- noqa: LT01
+    state text,
+    blocked_by uuid[],  -- noqa: LT01
+    result jsonb,
+    error jsonb,
+    attempts integer,
+    created_at timestamptz,
+    updated_at timestamptz,
+    created boolean
+);
+
+COMMENT ON TYPE prme.operation_receipt IS
+'The receipt of an operation: its identity, state, what blocks it, its result or error, attempts, and '
+'created (true only for the call that accepted it).';
+
+CREATE FUNCTION prme._operation_receipt(op prme.operations, created boolean)
+RETURNS prme.operation_receipt
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN ROW(
+        op.operation_id, op.kind, op.payload_hash, op.dependencies, op.state, op.blocked_by,
+        op.result, op.error, op.attempts, op.created_at, op.updated_at, created
+    )::prme.operation_receipt;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._operation_receipt(prme.operations, boolean) IS
+'Internal: the receipt of an operation row.';
+
+CREATE FUNCTION prme._next_event_seq(user_id text)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_xid bigint := pg_current_xact_id()::text::bigint;
+    v_base bigint;
+    v_last bigint;
+BEGIN
+    -- 2^43 transactions is decades of continuous work; refuse rather than wrap.
+    IF v_xid >= 8796093022208 THEN
+        RAISE EXCEPTION 'transaction id % is beyond the range of operation event positions', v_xid;
+    END IF;
+    v_base := v_xid << 20;
+    -- The owner's newest event in this transaction (visible: our own rows).
+    SELECT e.seq INTO v_last
+    FROM prme.operation_events AS e
+    WHERE e.user_id = _next_event_seq.user_id AND e.seq >= v_base AND e.seq < v_base + 1048576
+    ORDER BY e.seq DESC
+    LIMIT 1;
+    IF v_last IS NULL THEN
+        RETURN v_base;
+    END IF;
+    IF v_last + 1 >= v_base + 1048576 THEN
+        RAISE EXCEPTION 'more than 1048576 operation events for one owner in one transaction';
+    END IF;
+    RETURN v_last + 1;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._next_event_seq(text) IS
+'Internal: the next stream position for an event of user_id in this transaction: '
+'(top-level transaction id << 20) + n.';
+
+CREATE FUNCTION prme._append_operation_event(op prme.operations, detail jsonb)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The caller has just written op (holding its row lock) with the new state
+    -- and last_event_seq already incremented: this event is number last_event_seq.
+    INSERT INTO prme.operation_events (user_id, seq, operation_id, operation_seq, state, detail, created_at)
+    VALUES (
+        op.user_id, prme._next_event_seq(op.user_id), op.operation_id, op.last_event_seq, op.state,
+        coalesce(detail, '{}'), op.updated_at
+    );
+    -- The executor's notifications: identical ones of one transaction are
+    -- delivered once, so a batch notifies once or twice, whatever its size.
+    PERFORM pg_notify('prme_operations', CASE WHEN op.state = 'accepted' THEN 'ready' ELSE 'events' END);
+END;
+$$;
+
+COMMENT ON FUNCTION prme._append_operation_event(prme.operations, jsonb) IS
+'Internal: appends the event for the state op is now in and notifies channel prme_operations '
+'(payload ready for claimable work, events otherwise).';
+
+-- NOTIFY serialises commits: PostgreSQL holds one cluster-wide lock from the
+-- moment a notifying transaction starts to commit until its commit record is
+-- flushed. One NOTIFY per submit would turn group commit off for every submit;
+-- prme.submit_operation therefore notifies at most once per
+-- prme.notify_interval_ms (default 50; 0 = every submit). The time of the last
+-- notification lives in a sequence: read and written without row locks, outside
+-- transactions. Listeners treat a notification as "look now, and once more a
+-- moment later" and poll now and then anyway (docs/LEDGER.md).
+CREATE SEQUENCE prme.operation_notify_clock AS bigint MINVALUE 0 START WITH 0;
+
+COMMENT ON SEQUENCE prme.operation_notify_clock IS
+'Milliseconds since the epoch of the last throttled NOTIFY prme_operations (see prme._notify_ready).';
+
+CREATE FUNCTION prme._notify_ready()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+    v_last bigint;
+    v_setting text := current_setting('prme.notify_interval_ms', TRUE);
+    v_interval integer := CASE WHEN v_setting ~ '^[0-9]{1,9}$' THEN v_setting::integer ELSE 50 END;
+BEGIN
+    IF v_interval > 0 THEN
+        SELECT c.last_value INTO v_last FROM prme.operation_notify_clock AS c;
+        -- A clock that went backwards notifies too, rather than going quiet.
+        IF v_now - v_last < v_interval AND v_now >= v_last THEN
+            RETURN;
+        END IF;
+        PERFORM setval('prme.operation_notify_clock', v_now);
+    END IF;
+    PERFORM pg_notify('prme_operations', 'ready');
+END;
+$$;
+
+COMMENT ON FUNCTION prme._notify_ready() IS
+'Internal: NOTIFY prme_operations, ''ready'' unless one was sent less than prme.notify_interval_ms '
+'milliseconds ago (default 50; 0 notifies every time).';
+
+-- Read through the API functions only: no table privileges for prme_app or
+-- prme_reader; row-level security (no policy) as on every prme table.
+ALTER TABLE prme.operations ENABLE ROW LEVEL SECURITY;
+ALTER TABLE prme.operation_events ENABLE ROW LEVEL SECURITY;

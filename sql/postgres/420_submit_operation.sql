@@ -1,0 +1,208 @@
+-- =============================================================================
+-- prme-pg: submit_operation and get_receipt
+--
+-- submit_operation durably accepts a write for later execution. The operation
+-- id is the caller's, stable across retries, and scoped by owner:
+--   new id                         -> accepted, receipt with created = true
+--   same id, same operation        -> the stored receipt as it stands now (created = false)
+--   same id, anything else differs -> PR409; the stored operation is untouched
+-- "Same operation" means the same kind, schema_version, dependencies (as a sorted
+-- set) and payload_hash. The payload_hash is checked against the payload: the
+-- database recomputes the sha256 of its RFC 8785 form and refuses a mismatch
+-- (PR422), so a stored hash always describes the stored payload.
+-- Dependencies must be operations the same owner has already submitted, so
+-- there are no cycles and nothing waits for an operation that will never come.
+-- A new operation appends its "accepted" event (operation_seq 1) and wakes
+-- listeners with NOTIFY prme_operations, 'ready', throttled to one per
+-- prme.notify_interval_ms (see prme._notify_ready in 410_operations.sql).
+-- =============================================================================
+
+CREATE FUNCTION prme._resubmitted(
+    op prme.operations,
+    kind text,
+    dependencies uuid[],
+    payload_hash text
+)
+RETURNS prme.operation_receipt
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_differs text[] := '{}'::text[];
+BEGIN
+    IF op.kind <> kind THEN
+        v_differs := v_differs || 'kind'::text;
+    END IF;
+    IF op.dependencies <> dependencies THEN
+        v_differs := v_differs || 'dependencies'::text;
+    END IF;
+    IF op.payload_hash <> payload_hash THEN
+        v_differs := v_differs || 'payload_hash'::text;
+    END IF;
+    IF cardinality(v_differs) > 0 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR409',
+            MESSAGE = 'operation_id was already used for another operation',
+            DETAIL = format('the stored operation differs in %s', array_to_string(v_differs, ', ')),
+            HINT = 'choose a new operation_id for a new operation';
+    END IF;
+    RETURN prme._operation_receipt(op, FALSE);
+END;
+$$;
+
+COMMENT ON FUNCTION prme._resubmitted(prme.operations, text, uuid[], text) IS
+'Internal: the answer to a submit whose operation_id is taken: the stored receipt when it is the same '
+'operation, else PR409.';
+
+CREATE FUNCTION prme.submit_operation(
+    user_id text,
+    operation_id uuid,
+    schema_version integer,
+    kind text,
+    dependencies uuid[],
+    payload_hash text,
+    payload jsonb
+)
+RETURNS prme.operation_receipt
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(submit_operation.user_id);
+    v_op prme.operations;
+    v_dependencies uuid[];
+    v_hash text;
+    v_missing uuid[];
+    v_now timestamptz := now();
+BEGIN
+    IF submit_operation.operation_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'operation_id must not be null';
+    END IF;
+    IF submit_operation.schema_version IS DISTINCT FROM 2 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'schema_version must be 2',
+            DETAIL = format('got %s', coalesce(submit_operation.schema_version::text, 'NULL'));
+    END IF;
+    IF submit_operation.kind IS NULL
+       OR submit_operation.kind NOT IN ('add_node', 'add_event', 'reinforce', 'archive_node') THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'kind must be add_node, add_event, reinforce or archive_node',
+            DETAIL = format('got %s', coalesce(quote_literal(left(submit_operation.kind, 80)), 'NULL'));
+    END IF;
+    IF submit_operation.payload IS NULL OR jsonb_typeof(submit_operation.payload) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be a JSON object';
+    END IF;
+    IF pg_column_size(submit_operation.payload) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be at most 1 MiB';
+    END IF;
+    IF array_position(submit_operation.dependencies, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'dependencies must not contain null';
+    END IF;
+    -- A set: sorted, duplicates dropped.
+    IF cardinality(submit_operation.dependencies) > 0 THEN
+        v_dependencies := ARRAY(SELECT DISTINCT d FROM unnest(submit_operation.dependencies) AS d ORDER BY d);
+        IF cardinality(v_dependencies) > 100 THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'an operation may have at most 100 dependencies';
+        END IF;
+        IF submit_operation.operation_id = ANY(v_dependencies) THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'an operation cannot depend on itself';
+        END IF;
+    ELSE
+        v_dependencies := '{}';
+    END IF;
+    v_hash := encode(sha256(convert_to(prme._jcs(submit_operation.payload), 'UTF8')), 'hex');
+    IF v_hash IS DISTINCT FROM submit_operation.payload_hash THEN
+        IF submit_operation.payload_hash IS NULL OR submit_operation.payload_hash !~ '^[0-9a-f]{64}$' THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload_hash must be 64 lowercase hex digits';
+        END IF;
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'payload_hash does not match the payload',
+            DETAIL = format('sha256 of the payload''s RFC 8785 form is %s', v_hash);
+    END IF;
+
+    -- Insert first: a retry meets its operation in the primary key and writes nothing
+    -- (and a concurrent first submit of the same id is waited for, then found).
+    INSERT INTO prme.operations (
+        user_id, operation_id, schema_version, kind, dependencies, payload_hash, payload, state, blocked_by,
+        attempts, next_attempt_at, last_event_seq, created_at, updated_at
+    ) VALUES (
+        v_user_id, submit_operation.operation_id, 2, submit_operation.kind, v_dependencies, v_hash,
+        submit_operation.payload, 'accepted', '{}', 0, v_now, 1, v_now, v_now
+    )
+    ON CONFLICT DO NOTHING
+    RETURNING * INTO v_op;
+    IF NOT FOUND THEN
+        SELECT o.* INTO v_op
+        FROM prme.operations AS o
+        WHERE o.user_id = v_user_id AND o.operation_id = submit_operation.operation_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'serialization_failure',
+                MESSAGE = 'a concurrent submit of this operation_id is not visible to this transaction; retry';
+        END IF;
+        RETURN prme._resubmitted(v_op, submit_operation.kind, v_dependencies, v_hash);
+    END IF;
+
+    IF cardinality(v_dependencies) > 0 THEN
+        v_missing := ARRAY(
+            SELECT d FROM unnest(v_dependencies) AS d
+            WHERE NOT EXISTS (
+                SELECT FROM prme.operations AS o WHERE o.user_id = v_user_id AND o.operation_id = d
+            )
+            ORDER BY d
+        );
+        IF cardinality(v_missing) > 0 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR422',
+                MESSAGE = 'dependencies must be operations this owner has already submitted',
+                DETAIL = format('unknown: %s', array_to_string(v_missing, ', '));
+        END IF;
+    END IF;
+
+    INSERT INTO prme.operation_events (user_id, seq, operation_id, operation_seq, state, detail, created_at)
+    VALUES (v_user_id, prme._next_event_seq(v_user_id), v_op.operation_id, 1, 'accepted', '{}', v_now);
+    PERFORM prme._notify_ready();
+    RETURN prme._operation_receipt(v_op, TRUE);
+END;
+$$;
+
+COMMENT ON FUNCTION prme.submit_operation(text, uuid, integer, text, uuid[], text, jsonb) IS
+'Durably accepts an operation of user_id for the executor. A new operation_id returns the receipt with '
+'created = true; the same id with the same kind, dependencies and payload_hash returns the stored receipt '
+'(created = false); the same id with anything else raises PR409. schema_version must be 2; kind is add_node, '
+'add_event, reinforce or archive_node; payload_hash must be the sha256 hex of the payload''s RFC 8785 form '
+'(PR422 otherwise); dependencies must already be submitted by the same owner.';
+
+CREATE FUNCTION prme.get_receipt(user_id text, operation_id uuid)
+RETURNS prme.operation_receipt
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(get_receipt.user_id);
+    v_op prme.operations;
+BEGIN
+    SELECT o.* INTO v_op
+    FROM prme.operations AS o
+    WHERE o.user_id = v_user_id AND o.operation_id = get_receipt.operation_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'operation not found';
+    END IF;
+    RETURN prme._operation_receipt(v_op, FALSE);
+END;
+$$;
+
+COMMENT ON FUNCTION prme.get_receipt(text, uuid) IS
+'The receipt of an operation of user_id as it stands now. PR404 when the id is unknown to this owner.';
+
+GRANT EXECUTE ON FUNCTION prme.submit_operation(text, uuid, integer, text, uuid[], text, jsonb) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.get_receipt(text, uuid) TO prme_app;

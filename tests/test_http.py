@@ -1,0 +1,265 @@
+"""The HTTP API over a real socket: uvicorn serving prme_pg.http on 127.0.0.1,
+talking to a real PostgreSQL clone, exercised with httpx and schemathesis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import schemathesis
+import schemathesis.checks
+import uvicorn
+from hypothesis import HealthCheck, given, settings
+
+from prme_pg import AsyncMemoryClient, MemoryClient
+from prme_pg.http import create_app
+
+PROBLEM_JSON = "application/problem+json"
+
+
+@dataclass
+class Api:
+    base: str
+    dsn: str
+    alice: str
+    bob: str
+
+    def client(self, token: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.base, headers=headers, timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def api(db_dsn: str) -> Iterator[Api]:
+    with MemoryClient(db_dsn) as memory:
+        alice = memory.create_api_token("alice", label="test")
+        bob = memory.create_api_token("bob")
+    port = _free_port()
+    app = create_app(AsyncMemoryClient(db_dsn, max_size=20))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield Api(f"http://127.0.0.1:{port}", db_dsn, alice, bob)
+    server.should_exit = True
+    thread.join(30)
+
+
+def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    body: dict[str, Any] = response.json()
+    assert body["type"] == f"urn:prme-pg:error:{code}"
+    assert body["status"] == status
+    assert body["title"]
+    assert body["detail"]
+    return body
+
+
+def test_health_needs_no_token_and_everything_else_does(api: Api) -> None:
+    with api.client(None) as http:
+        assert http.get("/health").json()["status"] == "ok"
+        for method, path in [
+            ("GET", "/ready"),
+            ("POST", "/v1/nodes"),
+            ("GET", f"/v1/nodes/{uuid.uuid4()}"),
+            ("POST", "/v1/events"),
+            ("PUT", f"/v1/nodes/{uuid.uuid4()}/reinforce"),
+        ]:
+            response = http.request(method, path)
+            _problem(response, 401, "unauthorized")
+            assert response.headers["www-authenticate"] == "Bearer"
+    for bad in ["nonsense", "prme.YWxpY2U.short", api.alice[:-1] + ("A" if api.alice[-1] != "A" else "B")]:
+        with api.client(bad) as http:
+            _problem(http.get("/ready"), 401, "unauthorized")
+    with api.client(api.alice) as http:
+        ready = http.get("/ready")
+        assert ready.status_code == 200
+        assert ready.json() == {"ready": True, "accepts_writes": True, "migrations_current": True, "detail": "ready"}
+
+
+def test_revoked_token_is_refused(api: Api) -> None:
+    with MemoryClient(api.dsn) as memory:
+        token = memory.create_api_token("carol")
+        with api.client(token) as http:
+            assert http.get("/ready").status_code == 200
+            assert memory.revoke_api_token(token) is True
+            assert memory.revoke_api_token(token) is False
+            _problem(http.get("/ready"), 401, "unauthorized")
+
+
+def test_ready_is_503_when_migrations_differ(api: Api) -> None:
+    with psycopg.connect(api.dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (999, 'future', repeat('a', 64))"
+        )
+    with api.client(api.alice) as http:
+        response = http.get("/ready")
+    assert response.status_code == 503
+    assert response.json()["migrations_current"] is False
+    assert response.json()["accepts_writes"] is True
+
+
+def test_reinforce_status_matrix(api: Api) -> None:
+    with api.client(api.alice) as alice, api.client(api.bob) as bob:
+        created = alice.post("/v1/nodes", json={"content": "alice prefers tabs", "confidence_base": 0.6})
+        assert created.status_code == 201, created.text
+        node = created.json()
+        assert node["user_id"] == "alice"
+        assert node["confidence_base"] == 0.6
+        node_id = node["id"]
+        evidence = alice.post("/v1/events", json={"content": "yes, tabs", "payload": {"turn": 3}})
+        assert evidence.status_code == 201, evidence.text
+        evidence_id = evidence.json()["id"]
+
+        # An empty body is valid; without a key every call counts.
+        plain = alice.put(f"/v1/nodes/{node_id}/reinforce")
+        assert plain.status_code == 200, plain.text
+        assert plain.json()["version"] == 2
+        assert "idempotent-replayed" not in plain.headers
+
+        key = str(uuid.uuid4())
+        first = alice.put(
+            f"/v1/nodes/{node_id}/reinforce", json={"evidence_id": evidence_id}, headers={"Idempotency-Key": key}
+        )
+        assert first.status_code == 200, first.text
+        assert first.json()["version"] == 3
+        assert first.json()["confidence_base"] == 0.7
+        assert first.json()["reinforcement_boost"] == 0.3
+        assert first.json()["evidence_refs"] == [evidence_id]
+        assert first.json()["last_reinforced_at"] is not None
+        replay = alice.put(
+            f"/v1/nodes/{node_id}/reinforce", json={"evidence_id": evidence_id}, headers={"Idempotency-Key": key}
+        )
+        assert replay.status_code == 200
+        assert replay.headers["idempotent-replayed"] == "true"
+        assert replay.content == first.content, "a replay returns the same body when nothing changed since"
+
+        # The same key for other evidence or another node: 409, nothing changes.
+        _problem(alice.put(f"/v1/nodes/{node_id}/reinforce", headers={"Idempotency-Key": key}), 409, "PR409")
+        other = alice.post("/v1/nodes", json={"content": "alice likes dark mode"}).json()["id"]
+        _problem(
+            alice.put(
+                f"/v1/nodes/{other}/reinforce", json={"evidence_id": evidence_id}, headers={"Idempotency-Key": key}
+            ),
+            409,
+            "PR409",
+        )
+        assert alice.get(f"/v1/nodes/{node_id}").json()["version"] == 3
+
+        # Malformed UUIDs in path, header and body: 422 before storage is touched.
+        _problem(alice.put("/v1/nodes/not-a-uuid/reinforce"), 422, "PR422")
+        _problem(alice.put(f"/v1/nodes/{node_id}/reinforce", headers={"Idempotency-Key": "nope"}), 422, "PR422")
+        _problem(alice.put(f"/v1/nodes/{node_id}/reinforce", json={"evidence_id": "nope"}), 422, "PR422")
+        _problem(alice.put(f"/v1/nodes/{node_id}/reinforce", json={"evidence": evidence_id}), 422, "PR422")
+        _problem(alice.post("/v1/nodes", json={"content": "x", "scope": "Not A Scope"}), 422, "PR422")
+        _problem(alice.post("/v1/nodes", json={"content": "x", "confidence_base": 1.5}), 422, "PR422")
+        assert alice.get(f"/v1/nodes/{node_id}").json()["version"] == 3
+
+        # Missing, another owner's, archived; foreign evidence: all 404.
+        _problem(alice.put(f"/v1/nodes/{uuid.uuid4()}/reinforce"), 404, "PR404")
+        _problem(bob.put(f"/v1/nodes/{node_id}/reinforce"), 404, "PR404")
+        _problem(bob.get(f"/v1/nodes/{node_id}"), 404, "PR404")
+        bobs_event = bob.post("/v1/events", json={"content": "bob says yes"}).json()["id"]
+        _problem(alice.put(f"/v1/nodes/{node_id}/reinforce", json={"evidence_id": bobs_event}), 404, "PR404")
+        with MemoryClient(api.dsn) as memory:
+            memory.archive_node(other, user_id="alice")
+        _problem(alice.put(f"/v1/nodes/{other}/reinforce"), 404, "PR404")
+        assert alice.get(f"/v1/nodes/{node_id}").json()["version"] == 3
+
+
+def test_two_owners_are_isolated(api: Api) -> None:
+    with api.client(api.alice) as alice, api.client(api.bob) as bob:
+        mine = alice.post("/v1/nodes", json={"content": "alice's secret"}).json()
+        theirs = bob.post("/v1/nodes", json={"content": "bob's secret"}).json()
+        assert mine["user_id"] == "alice"
+        assert theirs["user_id"] == "bob"
+        key = str(uuid.uuid4())
+        # The same idempotency key used by both owners: independent keys.
+        assert alice.put(f"/v1/nodes/{mine['id']}/reinforce", headers={"Idempotency-Key": key}).status_code == 200
+        response = bob.put(f"/v1/nodes/{theirs['id']}/reinforce", headers={"Idempotency-Key": key})
+        assert response.status_code == 200
+        assert "idempotent-replayed" not in response.headers
+        _problem(bob.get(f"/v1/nodes/{mine['id']}"), 404, "PR404")
+        _problem(alice.get(f"/v1/nodes/{theirs['id']}"), 404, "PR404")
+
+
+def test_64_concurrent_identical_requests_count_once(api: Api) -> None:
+    with api.client(api.alice) as http:
+        node_id = http.post("/v1/nodes", json={"content": "counted once"}).json()["id"]
+    key = str(uuid.uuid4())
+
+    async def storm() -> list[httpx.Response]:
+        headers = {"Authorization": f"Bearer {api.alice}", "Idempotency-Key": key}
+        limits = httpx.Limits(max_connections=64)
+        async with httpx.AsyncClient(base_url=api.base, headers=headers, limits=limits, timeout=60) as http:
+            return await asyncio.gather(*(http.put(f"/v1/nodes/{node_id}/reinforce") for _ in range(64)))
+
+    responses = asyncio.run(storm())
+    assert [r.status_code for r in responses] == [200] * 64
+    assert sum("idempotent-replayed" not in r.headers for r in responses) == 1
+    assert {r.json()["version"] for r in responses} == {2}
+    with psycopg.connect(api.dsn) as conn:
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM prme.journal WHERE node_id = %(n)s AND op = 'reinforce'),"
+            " (SELECT count(*) FROM prme.request_keys WHERE node_id = %(n)s)",
+            {"n": node_id},
+        ).fetchone()
+    assert counts == (1, 1)
+
+
+def test_openapi_contract_holds_under_fuzzing(api: Api) -> None:
+    """Schemathesis over the served OpenAPI document: no 5xx, every response matches its schema.
+
+    Cases are generated per operation with Hypothesis (schemathesis' pytest
+    integration needs the schema at import time, before this test's server runs).
+    """
+    schema = schemathesis.openapi.from_url(f"{api.base}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {op.label for op in operations} >= {
+        "GET /health",
+        "GET /ready",
+        "POST /v1/nodes",
+        "GET /v1/nodes/{node_id}",
+        "POST /v1/events",
+        "PUT /v1/nodes/{node_id}/reinforce",
+    }
+    calls = 0
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def check(case: Any) -> None:
+            nonlocal calls
+            calls += 1
+            case.call_and_validate(
+                base_url=api.base,
+                headers={"Authorization": f"Bearer {api.alice}"},
+                # The schema states the shape of a request; some rules (blank content, the
+                # 64 KiB byte limit) live in the database, so a schema-valid request may
+                # still be a 422. Everything else must hold: no 5xx, documented status,
+                # content type, headers and bodies.
+                excluded_checks=[schemathesis.checks.positive_data_acceptance],
+            )
+
+        check()
+    assert calls >= 6 * 10

@@ -1,0 +1,1102 @@
+"""The operations ledger under real concurrency and real faults.
+
+Receipts (new, same, conflicting submits), 32 connections racing one operation id,
+dependency chains with release and transitive rejection, an executor killed in
+the middle of a batch (its backend terminated, or its process SIGKILLed) and
+restarted, event streams resumed by after_seq while new events arrive, and long
+memories whose stored plan survives a restart. Each thread has its own
+connection; faults are injected with test-only triggers on the cloned database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+import rfc8785
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from prme_pg import worker as ledger_worker
+
+from .conftest import ROOT
+
+USER = "alice"
+OPERATIONS_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:prme-pg:operations")
+SUBMIT = (
+    "SELECT * FROM prme.submit_operation(user_id => %(user_id)s, operation_id => %(operation_id)s,"
+    " schema_version => %(schema_version)s, kind => %(kind)s, dependencies => %(dependencies)s::uuid[],"
+    " payload_hash => %(payload_hash)s, payload => %(payload)s)"
+)
+TERMINAL = {"committed", "rejected"}
+
+
+# -----------------------------------------------------------------------------
+# Helpers
+# -----------------------------------------------------------------------------
+
+
+def derived_id(operation_id: uuid.UUID) -> uuid.UUID:
+    return uuid.uuid5(OPERATIONS_NAMESPACE, str(operation_id))
+
+
+def payload_hash(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
+
+
+def submit(
+    conn: psycopg.Connection[Any],
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    operation_id: uuid.UUID | None = None,
+    dependencies: list[uuid.UUID] | tuple[uuid.UUID, ...] = (),
+    user_id: str = USER,
+    schema_version: int | None = 2,
+    hash_: str | None = None,
+) -> dict[str, Any]:
+    params = {
+        "user_id": user_id,
+        "operation_id": operation_id or uuid.uuid4(),
+        "schema_version": schema_version,
+        "kind": kind,
+        "dependencies": list(dependencies),
+        "payload_hash": hash_ if hash_ is not None else payload_hash(payload),
+        "payload": Jsonb(payload),
+    }
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(SUBMIT, params).fetchone()
+    assert row is not None
+    return row
+
+
+def run(conn: psycopg.Connection[Any], max_count: int = 100, max_parts: int = 64) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT * FROM prme.run_operations(max_count => %s, worker => 'test', max_parts => %s)",
+            (max_count, max_parts),
+        ).fetchall()
+
+
+def drain(conn: psycopg.Connection[Any], max_parts: int = 64, rounds: int = 200) -> None:
+    """Run the executor until a call changes nothing (contention only: call again)."""
+    for _ in range(rounds):
+        rows = run(conn, max_parts=max_parts)
+        if not rows:
+            return
+        if all(r["outcome"] == "skipped" for r in rows):
+            time.sleep(0.01)
+    raise AssertionError("the executor did not settle")
+
+
+def receipt(conn: psycopg.Connection[Any], operation_id: uuid.UUID, user_id: str = USER) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT * FROM prme.get_receipt(%s, %s)", (user_id, operation_id)).fetchone()
+    assert row is not None
+    return row
+
+
+def events(
+    conn: psycopg.Connection[Any],
+    after: int = 0,
+    operation_id: uuid.UUID | None = None,
+    max_count: int = 10000,
+    user_id: str = USER,
+) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT * FROM prme.operation_events(user_id => %s, after_seq => %s, operation_id => %s, max_count => %s)",
+            (user_id, after, operation_id, max_count),
+        ).fetchall()
+
+
+def states(conn: psycopg.Connection[Any], operation_id: uuid.UUID) -> list[str]:
+    return [e["state"] for e in events(conn, operation_id=operation_id)]
+
+
+def sqlstate(call: Callable[[], object]) -> str | None:
+    try:
+        call()
+    except psycopg.Error as exc:
+        return exc.sqlstate
+    return None
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def count(conn: psycopg.Connection[Any], query: str, *params: Any) -> int:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def node(content: str, **fields: Any) -> dict[str, Any]:
+    return {"content": content, **fields}
+
+
+def words(n: int, prefix: str = "w") -> str:
+    return " ".join(f"{prefix}{i}" for i in range(n))
+
+
+@pytest.fixture
+def faults(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """Test-only fault injection on prme.nodes (this clone only), driven by the content:
+
+    * ``block:...``  waits for advisory lock 4242 (hold it to freeze the executor);
+    * ``poison:...`` raises PR422 (an invalid memory found only when it is created);
+    * ``flaky:...``  raises a transient error while sequence fault_budget lasts;
+    * ``slow:...``   sleeps 3 ms.
+    """
+    conn.execute("CREATE SEQUENCE public.fault_budget MAXVALUE 1000000")
+    conn.execute("SELECT setval('public.fault_budget', 1000000)")  # exhausted until a test sets it
+    conn.execute(
+        """
+        CREATE FUNCTION public.node_faults() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+        BEGIN
+            IF NEW.content LIKE 'block:%' THEN
+                PERFORM pg_advisory_lock_shared(4242);
+                PERFORM pg_advisory_unlock_shared(4242);
+            ELSIF NEW.content LIKE 'poison:%' THEN
+                RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'poisoned memory';
+            ELSIF NEW.content LIKE 'flaky:%' THEN
+                BEGIN
+                    PERFORM nextval('public.fault_budget');
+                    RAISE EXCEPTION USING ERRCODE = '57P03', MESSAGE = 'simulated transient failure';
+                EXCEPTION WHEN sequence_generator_limit_exceeded THEN
+                    NULL;  -- budget spent: succeed
+                END;
+            ELSIF NEW.content LIKE 'slow:%' THEN
+                PERFORM pg_sleep(0.003);
+            END IF;
+            RETURN NEW;
+        END;
+        $$
+        """
+    )
+    conn.execute(
+        "CREATE TRIGGER node_faults BEFORE INSERT ON prme.nodes FOR EACH ROW EXECUTE FUNCTION public.node_faults()"
+    )
+    return conn
+
+
+def flaky_failures(conn: psycopg.Connection[Any], n: int) -> None:
+    """The next n flaky inserts fail (the sequence is not transactional)."""
+    conn.execute("SELECT setval('public.fault_budget', %s, false)", (1000000 - n + 1,))
+    if n == 0:
+        conn.execute("SELECT setval('public.fault_budget', 1000000)")
+
+
+def retry_now(conn: psycopg.Connection[Any]) -> None:
+    """Skip the retry backoff (tests only)."""
+    conn.execute("UPDATE prme.operations SET next_attempt_at = now() - interval '1 second' WHERE state = 'accepted'")
+
+
+# -----------------------------------------------------------------------------
+# Receipts
+# -----------------------------------------------------------------------------
+
+
+def test_new_operation_is_accepted_with_a_receipt(conn: psycopg.Connection[Any]) -> None:
+    a, b = uuid.UUID(int=2), uuid.UUID(int=1)
+    submit(conn, "add_node", node("a"), operation_id=a)
+    submit(conn, "add_node", node("b"), operation_id=b)
+    op = uuid.uuid4()
+    payload = {"node_id": str(derived_id(a)), "evidence_id": None}
+    r = submit(conn, "reinforce", payload, operation_id=op, dependencies=[a, b, a])
+    assert r["created"] is True
+    assert r["operation_id"] == op and r["kind"] == "reinforce" and r["state"] == "accepted"
+    assert r["payload_hash"] == payload_hash(payload)
+    assert r["dependencies"] == [b, a], "dependencies are a sorted set"
+    assert (r["blocked_by"], r["result"], r["error"], r["attempts"]) == ([], None, None, 0)
+    assert r["created_at"] == r["updated_at"]
+    assert [(e["state"], e["operation_seq"]) for e in events(conn, operation_id=op)] == [("accepted", 1)]
+    assert receipt(conn, op) == {**r, "created": False}
+
+
+def test_same_id_and_hash_returns_the_stored_receipt_as_it_stands_now(conn: psycopg.Connection[Any]) -> None:
+    op = uuid.uuid4()
+    first = submit(conn, "add_node", node("prefers tea"), operation_id=op)
+    drain(conn)
+    again = submit(conn, "add_node", node("prefers tea"), operation_id=op)
+    assert again["created"] is False
+    assert again["state"] == "committed" and again["attempts"] == 1
+    assert again["result"] == {"node_id": str(derived_id(op)), "node_version": 1}
+    assert again["created_at"] == first["created_at"] and again["updated_at"] > first["updated_at"]
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == 1
+    assert count(conn, "SELECT count(*) FROM prme.operation_events WHERE state = 'accepted'") == 1
+
+
+def test_same_id_with_anything_else_is_pr409_and_the_original_is_untouched(conn: psycopg.Connection[Any]) -> None:
+    dep = submit(conn, "add_node", node("dependency"))["operation_id"]
+    op = uuid.uuid4()
+    submit(conn, "add_node", node("prefers tea"), operation_id=op)
+    before = conn.execute("SELECT o::text FROM prme.operations AS o WHERE operation_id = %s", (op,)).fetchone()
+    attempts: list[Callable[[], object]] = [
+        lambda: submit(conn, "add_node", node("prefers coffee"), operation_id=op),
+        lambda: submit(conn, "add_event", node("prefers tea"), operation_id=op),
+        lambda: submit(conn, "add_node", node("prefers tea"), operation_id=op, dependencies=[dep]),
+    ]
+    for call in attempts:
+        assert sqlstate(call) == "PR409"
+    after = conn.execute("SELECT o::text FROM prme.operations AS o WHERE operation_id = %s", (op,)).fetchone()
+    assert after == before
+    assert len(events(conn, operation_id=op)) == 1
+
+
+def test_payload_hash_is_recomputed_and_a_mismatch_is_pr422(conn: psycopg.Connection[Any]) -> None:
+    op = uuid.uuid4()
+    wrong = payload_hash(node("something else"))
+    with pytest.raises(psycopg.Error) as caught:
+        submit(conn, "add_node", node("prefers tea"), operation_id=op, hash_=wrong)
+    assert caught.value.sqlstate == "PR422"
+    assert caught.value.diag.message_detail is not None
+    assert payload_hash(node("prefers tea")) in caught.value.diag.message_detail
+    assert count(conn, "SELECT count(*) FROM prme.operations") == 0
+    # Keys in any order, numbers in any spelling: one canonical form, one hash.
+    payload = {"salience_base": 0.25, "content": "\u00e9t\u00e9 \U0001f600", "confidence_base": 0.7}
+    r = submit(conn, "add_node", payload)
+    assert r["payload_hash"] == hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"schema_version": 1}, "schema_version 1"),
+        ({"schema_version": None}, "schema_version null"),
+        ({"kind": "delete_everything"}, "unknown kind"),
+        ({"kind": None}, "null kind"),
+        ({"hash_": "ABC"}, "malformed hash"),
+        ({"hash_": "0" * 64}, "wrong hash"),
+        ({"user_id": " alice"}, "user_id with spaces"),
+        ({"dependencies": [uuid.UUID(int=7)]}, "unknown dependency"),
+    ],
+)
+def test_invalid_submits_are_pr422_and_store_nothing(
+    conn: psycopg.Connection[Any], changes: dict[str, Any], why: str
+) -> None:
+    args: dict[str, Any] = {"kind": "add_node", "payload": node("x"), **changes}
+    kind, payload = args.pop("kind"), args.pop("payload")
+    assert sqlstate(lambda: submit(conn, kind, payload, **args)) == "PR422", why
+    assert count(conn, "SELECT count(*) FROM prme.operations") == 0
+
+
+def test_more_invalid_submits(conn: psycopg.Connection[Any]) -> None:
+    op = uuid.uuid4()
+    for payload_sql in ("'[1, 2]'::jsonb", "'\"text\"'::jsonb", "NULL::jsonb"):
+        assert (
+            sqlstate(
+                lambda p=payload_sql: conn.execute(
+                    f"SELECT prme.submit_operation('alice', %s, 2, 'add_node', '{{}}', repeat('0', 64), {p})", (op,)
+                )
+            )
+            == "PR422"
+        )
+    assert sqlstate(lambda: submit(conn, "add_node", node("x"), operation_id=op, dependencies=[op])) == "PR422"
+    assert (
+        sqlstate(
+            lambda: conn.execute(
+                "SELECT prme.submit_operation('alice', %s, 2, 'add_node', '{NULL}', %s, %s)",
+                (op, payload_hash(node("x")), Jsonb(node("x"))),
+            )
+        )
+        == "PR422"
+    )
+    assert (
+        sqlstate(
+            lambda: conn.execute(
+                "SELECT prme.submit_operation('alice', NULL, 2, 'add_node', '{}', %s, %s)",
+                (payload_hash(node("x")), Jsonb(node("x"))),
+            )
+        )
+        == "PR422"
+    )
+    big = node("x" * 10, padding="y" * 2_000_000)
+    assert sqlstate(lambda: submit(conn, "add_node", big)) == "PR422"
+    assert count(conn, "SELECT count(*) FROM prme.operations") == 0
+
+
+def test_operation_ids_are_scoped_by_owner(conn: psycopg.Connection[Any]) -> None:
+    op = uuid.uuid4()
+    submit(conn, "add_node", node("alice's"), operation_id=op)
+    bob = submit(conn, "add_node", node("bob's, different"), operation_id=op, user_id="bob")
+    assert bob["created"] is True
+    assert sqlstate(lambda: receipt(conn, op, user_id="carol")) == "PR404"
+    assert sqlstate(lambda: events(conn, operation_id=op, user_id="carol")) == "PR404"
+    assert sqlstate(lambda: receipt(conn, uuid.uuid4())) == "PR404"
+    # alice's operation cannot name bob's as a dependency: unknown to her.
+    bobs_only = submit(conn, "add_node", node("bob only"), user_id="bob")["operation_id"]
+    assert sqlstate(lambda: submit(conn, "add_node", node("y"), dependencies=[bobs_only])) == "PR422"
+    drain(conn)
+    assert {n for (n,) in conn.execute("SELECT user_id || ':' || content FROM prme.nodes").fetchall()} == {
+        "alice:alice's",
+        "bob:bob's, different",
+        "bob:bob only",
+    }
+
+
+def _race(dsn: str, calls: list[Callable[[psycopg.Connection[Any]], Any]]) -> list[Any]:
+    results: list[Any] = [RuntimeError("did not run")] * len(calls)
+    barrier = threading.Barrier(len(calls))
+
+    def work(i: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            barrier.wait(30)
+            try:
+                results[i] = calls[i](c)
+            except BaseException as exc:  # recorded for the assertions
+                results[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a racing call hung"
+    return results
+
+
+def test_32_concurrent_submits_of_one_id_make_one_operation(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    op = uuid.uuid4()
+    results = _race(db_dsn, [lambda c: submit(c, "add_node", node("raced"), operation_id=op)] * 32)
+    assert all(isinstance(r, dict) for r in results), results
+    assert sum(r["created"] for r in results) == 1
+    assert len({(r["operation_id"], r["created_at"], r["payload_hash"]) for r in results}) == 1
+    assert count(conn, "SELECT count(*) FROM prme.operations") == 1
+    assert count(conn, "SELECT count(*) FROM prme.operation_events") == 1
+    drain(conn)
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == 1
+
+
+def test_32_concurrent_submits_of_one_id_with_two_payloads(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    op = uuid.uuid4()
+    calls = [lambda c, i=i: submit(c, "add_node", node(f"payload {i % 2}"), operation_id=op) for i in range(32)]
+    results = _race(db_dsn, calls)
+    winners = [r for r in results if isinstance(r, dict) and r["created"]]
+    assert len(winners) == 1
+    stored = winners[0]["payload_hash"]
+    for i, r in enumerate(results):
+        if payload_hash(node(f"payload {i % 2}")) == stored:
+            assert isinstance(r, dict) and r["payload_hash"] == stored
+        else:
+            assert isinstance(r, psycopg.Error) and r.sqlstate == "PR409", r
+    assert count(conn, "SELECT count(*) FROM prme.operations") == 1
+
+
+# -----------------------------------------------------------------------------
+# Execution
+# -----------------------------------------------------------------------------
+
+
+def test_each_kind_is_applied_exactly_once_through_the_api(conn: psycopg.Connection[Any]) -> None:
+    add = uuid.uuid4()
+    evidence = uuid.uuid4()
+    confirm = uuid.uuid4()
+    archive = uuid.uuid4()
+    nid, eid = derived_id(add), derived_id(evidence)
+    submit(
+        conn, "add_node", node("prefers tea", scope="work", confidence_base=0.7, kind="preference"), operation_id=add
+    )
+    submit(conn, "add_event", {"content": "said so", "scope": "work", "payload": {"turn": 3}}, operation_id=evidence)
+    submit(
+        conn,
+        "reinforce",
+        {"node_id": str(nid), "evidence_id": str(eid)},
+        operation_id=confirm,
+        dependencies=[add, evidence],
+    )
+    submit(conn, "archive_node", {"node_id": str(nid)}, operation_id=archive, dependencies=[confirm])
+    drain(conn)
+
+    assert receipt(conn, add)["result"] == {"node_id": str(nid), "node_version": 1}
+    assert receipt(conn, evidence)["result"] == {"event_id": str(eid)}
+    assert receipt(conn, confirm)["result"] == {"node_id": str(nid), "node_version": 2, "replayed": False}
+    assert receipt(conn, archive)["result"] == {"node_id": str(nid), "node_version": 3}
+    row = conn.execute(
+        "SELECT scope, kind, confidence_base::text, evidence_refs, lifecycle_state, version FROM prme.nodes"
+        " WHERE user_id = 'alice' AND id = %s",
+        (nid,),
+    ).fetchone()
+    assert row == ("work", "preference", "0.7500", [eid], "archived", 3)
+    # reinforce ran with request_id = the operation id: the key records it.
+    assert conn.execute("SELECT request_id, node_id FROM prme.request_keys").fetchall() == [(confirm, nid)]
+    assert conn.execute("SELECT payload FROM prme.events WHERE id = %s", (eid,)).fetchone() == ({"turn": 3},)
+    assert conn.execute("SELECT * FROM prme.verify_journal('alice')").fetchall() == []
+    for op in (add, evidence, confirm, archive):
+        assert states(conn, op)[-2:] == ["processing", "committed"]
+        assert receipt(conn, op)["attempts"] == 1
+    # Nothing left, nothing applied twice.
+    assert run(conn) == []
+    assert count(conn, "SELECT count(*) FROM prme.journal") == 3
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "reason"),
+    [
+        ("add_node", {"content": "x", "bogus": 1}, "invalid_payload"),
+        ("add_node", {"scope": "work"}, "invalid_payload"),
+        ("add_node", {"content": 42}, "invalid_payload"),
+        ("add_node", {"content": "   "}, "invalid_payload"),
+        ("add_node", {"content": "x", "scope": "Not A Scope"}, "invalid_payload"),
+        ("add_node", {"content": "x", "confidence_base": 1.5}, "invalid_payload"),
+        ("add_node", {"content": "x", "next_review_at": "2030-01-01 10:00"}, "invalid_payload"),
+        ("add_node", {"content": "x", "token_budget": 0.5}, "invalid_payload"),
+        ("add_event", {"content": "x", "payload": [1]}, "invalid_payload"),
+        ("reinforce", {"node_id": "not-a-uuid"}, "invalid_payload"),
+        ("reinforce", {"node_id": str(uuid.UUID(int=99))}, "not_found"),
+        ("archive_node", {"node_id": str(uuid.UUID(int=99))}, "not_found"),
+    ],
+)
+def test_invalid_payloads_are_rejected_with_a_reason(
+    conn: psycopg.Connection[Any], kind: str, payload: dict[str, Any], reason: str
+) -> None:
+    op = submit(conn, kind, payload)["operation_id"]
+    good = submit(conn, "add_node", node("fine"))["operation_id"]
+    rows = run(conn)
+    assert {r["operation_id"]: r["outcome"] for r in rows} == {op: "rejected", good: "committed"}
+    r = receipt(conn, op)
+    assert r["state"] == "rejected" and r["error"]["reason"] == reason and r["error"]["message"]
+    assert r["result"] is None
+    assert states(conn, op) == ["accepted", "rejected"]
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == 1
+
+
+def test_a_taken_derived_id_is_a_conflict(conn: psycopg.Connection[Any]) -> None:
+    op = uuid.uuid4()
+    conn.execute("SELECT prme.add_node(user_id => 'alice', content => 'direct', node_id => %s)", (derived_id(op),))
+    submit(conn, "add_node", node("via ledger"), operation_id=op)
+    drain(conn)
+    assert receipt(conn, op)["error"]["reason"] == "conflict"
+
+
+def test_transient_failures_are_retried_with_backoff(faults: psycopg.Connection[Any]) -> None:
+    conn = faults
+    op = submit(conn, "add_node", node("flaky: prefers tea"))["operation_id"]
+    flaky_failures(conn, 2)
+    assert [r["outcome"] for r in run(conn)] == ["retry"]
+    r = receipt(conn, op)
+    assert (r["state"], r["attempts"], r["error"]["reason"], r["error"]["sqlstate"]) == (
+        "accepted",
+        1,
+        "transient",
+        "57P03",
+    )
+    assert run(conn) == [], "backoff: not claimable before next_attempt_at"
+    retry_now(conn)
+    assert [r["outcome"] for r in run(conn)] == ["retry"]
+    retry_now(conn)
+    assert [r["outcome"] for r in run(conn)] == ["committed"]
+    r = receipt(conn, op)
+    assert (r["state"], r["attempts"], r["error"]) == ("committed", 3, None)
+    evs = events(conn, operation_id=op)
+    assert [e["state"] for e in evs] == ["accepted", "accepted", "accepted", "processing", "committed"]
+    assert [e["detail"].get("attempt") for e in evs[1:3]] == [1, 2]
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == 1
+
+
+def test_transient_failures_end_after_five_attempts(faults: psycopg.Connection[Any]) -> None:
+    conn = faults
+    op = submit(conn, "add_node", node("flaky: never works"))["operation_id"]
+    flaky_failures(conn, 100)
+    outcomes = []
+    for _ in range(5):
+        outcomes += [r["outcome"] for r in run(conn)]
+        retry_now(conn)
+    assert outcomes == ["retry"] * 4 + ["rejected"]
+    r = receipt(conn, op)
+    assert (r["state"], r["attempts"], r["error"]["reason"]) == ("rejected", 5, "attempts_exhausted")
+    assert r["error"]["last_error"]["sqlstate"] == "57P03"
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == 0
+
+
+# -----------------------------------------------------------------------------
+# Dependencies
+# -----------------------------------------------------------------------------
+
+
+def test_dependency_chain_blocks_and_is_released_in_order(conn: psycopg.Connection[Any]) -> None:
+    # A long memory stays processing across calls (one part per call), so what
+    # depends on it is evaluated while it is not committed yet.
+    a = submit(conn, "add_node", node(words(40), token_budget=10))["operation_id"]
+    b = submit(conn, "reinforce", {"node_id": str(derived_id(a))}, dependencies=[a])["operation_id"]
+    c = submit(conn, "archive_node", {"node_id": str(derived_id(a))}, dependencies=[b])["operation_id"]
+    rows = run(conn, max_parts=1)
+    assert {r["operation_id"]: r["outcome"] for r in rows} == {a: "progress", b: "blocked", c: "blocked"}
+    assert receipt(conn, b)["blocked_by"] == [a] and receipt(conn, c)["blocked_by"] == [b]
+    for _ in range(20):
+        run(conn, max_parts=1)
+    assert [receipt(conn, x)["state"] for x in (a, b, c)] == ["committed"] * 3
+    assert states(conn, b) == ["accepted", "blocked", "accepted", "processing", "committed"]
+    assert events(conn, operation_id=b)[2]["detail"] == {"released_by": str(a)}
+    version = conn.execute("SELECT version, lifecycle_state FROM prme.nodes").fetchone()
+    assert version == (3, "archived")
+
+
+def test_blocked_by_is_sorted_and_shrinks_as_dependencies_commit(conn: psycopg.Connection[Any]) -> None:
+    x = uuid.UUID("f" * 32)
+    y = uuid.UUID("1" * 32)
+    submit(conn, "add_node", node(words(30), token_budget=10), operation_id=x)  # 3 parts
+    submit(conn, "add_node", node(words(300), token_budget=10), operation_id=y)  # 30 parts
+    d = submit(conn, "add_node", node("after both"), dependencies=[x, y])["operation_id"]
+    run(conn, max_parts=1)  # x and y validate one part each, d is blocked
+    assert receipt(conn, d)["blocked_by"] == [y, x]
+    run(conn, max_parts=1)
+    run(conn, max_parts=1)
+    assert receipt(conn, x)["state"] == "committed"
+    r = receipt(conn, d)
+    assert (r["state"], r["blocked_by"]) == ("blocked", [y])
+    drain(conn)
+    assert receipt(conn, d)["state"] == "committed"
+
+
+def test_rejection_propagates_transitively(faults: psycopg.Connection[Any]) -> None:
+    conn = faults
+    a = submit(conn, "add_node", node("poison: " + words(30), token_budget=10))["operation_id"]
+    b = submit(conn, "reinforce", {"node_id": str(derived_id(a))}, dependencies=[a])["operation_id"]
+    c = submit(conn, "archive_node", {"node_id": str(derived_id(a))}, dependencies=[b])["operation_id"]
+    other = submit(conn, "add_node", node("unrelated"))["operation_id"]
+    run(conn, max_parts=1)
+    assert [receipt(conn, x)["state"] for x in (a, b, c)] == ["processing", "blocked", "blocked"]
+    drain(conn, max_parts=1)
+    ra, rb, rc = (receipt(conn, x) for x in (a, b, c))
+    assert (ra["state"], ra["error"]["reason"]) == ("rejected", "invalid_payload")
+    assert (rb["state"], rb["error"]["reason"], rb["error"]["dependency"]) == (
+        "rejected",
+        "dependency_rejected",
+        str(a),
+    )
+    assert (rc["state"], rc["error"]["reason"], rc["error"]["dependency"]) == (
+        "rejected",
+        "dependency_rejected",
+        str(b),
+    )
+    assert rb["blocked_by"] == [] and rc["blocked_by"] == []
+    assert receipt(conn, other)["state"] == "committed"
+    # Submitted after the rejection: rejected when evaluated, never blocked.
+    late = submit(conn, "add_node", node("too late"), dependencies=[c])["operation_id"]
+    drain(conn)
+    assert receipt(conn, late)["error"]["reason"] == "dependency_rejected"
+    assert states(conn, late) == ["accepted", "rejected"]
+
+
+def test_random_dependency_graph_with_three_executors_never_blocks_forever(
+    faults: psycopg.Connection[Any], db_dsn: str
+) -> None:
+    conn = faults
+    rnd = random.Random(20240601)
+    ops: list[uuid.UUID] = []
+    deps: dict[uuid.UUID, list[uuid.UUID]] = {}
+    poisoned: set[uuid.UUID] = set()
+    for i in range(150):
+        chosen = rnd.sample(ops, k=min(len(ops), rnd.randint(0, 3)))
+        content = f"memory {i}"
+        if rnd.random() < 0.08:
+            content = f"poison: {content}"
+        elif rnd.random() < 0.2:
+            content = words(25, prefix=f"m{i}-")
+        op = submit(conn, "add_node", node(content, token_budget=10), dependencies=chosen)["operation_id"]
+        if content.startswith("poison"):
+            poisoned.add(op)
+        ops.append(op)
+        deps[op] = chosen
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def executor(name: str) -> None:
+        try:
+            ledger_worker.run_worker(
+                db_dsn, worker=name, batch=7, max_parts=3, poll_interval=0.1, stop=stop, install_signal_handlers=False
+            )
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=executor, args=(f"x{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(
+            lambda: (
+                count(conn, "SELECT count(*) FROM prme.operations WHERE state NOT IN ('committed', 'rejected')") == 0
+            ),
+            timeout=120,
+            what="every operation to finish",
+        )
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    # The graph did exercise the rules: operations were blocked, released and rejected in cascade.
+    assert count(conn, "SELECT count(*) FROM prme.operation_events WHERE state = 'blocked'") > 0
+    assert count(conn, "SELECT count(*) FROM prme.operation_events WHERE detail ? 'released_by'") > 0
+    assert count(conn, "SELECT count(*) FROM prme.operations WHERE error ->> 'reason' = 'dependency_rejected'") > 0
+
+    final = {op: receipt(conn, op) for op in ops}
+    for op in ops:
+        r = final[op]
+        dep_states = [final[d]["state"] for d in deps[op]]
+        if "rejected" in dep_states:
+            assert r["state"] == "rejected" and r["error"]["reason"] == "dependency_rejected", r
+            assert final[uuid.UUID(r["error"]["dependency"])]["state"] == "rejected"
+        elif op in poisoned:
+            assert r["state"] == "rejected" and r["error"]["reason"] == "invalid_payload"
+        else:
+            assert r["state"] == "committed", r
+    committed = [op for op in ops if final[op]["state"] == "committed"]
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == len(committed)
+    # The stream shows a dependency's outcome before anything that waited for it.
+    seq = {
+        (e["operation_id"], e["state"]): e["seq"]
+        for e in events(conn)
+        if e["state"] in ("processing", "committed", "rejected")
+    }
+    for op in committed:
+        for d in deps[op]:
+            assert seq[(d, "committed")] < seq[(op, "processing")]
+    assert conn.execute("SELECT * FROM prme.verify_journal('alice')").fetchall() == []
+
+
+# -----------------------------------------------------------------------------
+# Killed executors
+# -----------------------------------------------------------------------------
+
+
+def _waiting_on_4242(conn: psycopg.Connection[Any]) -> int | None:
+    row = conn.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted LIMIT 1"
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _assert_exactly_once(conn: psycopg.Connection[Any], ops: list[uuid.UUID]) -> None:
+    assert count(conn, "SELECT count(*) FROM prme.operations WHERE state <> 'committed'") == 0
+    assert {row[0] for row in conn.execute("SELECT id FROM prme.nodes").fetchall()} == {derived_id(o) for o in ops}
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == len(ops)
+    per_op = Counter(
+        row[0] for row in conn.execute("SELECT operation_id FROM prme.operation_events WHERE state = 'committed'")
+    )
+    assert per_op == Counter(ops)
+    assert conn.execute("SELECT * FROM prme.verify_journal('alice')").fetchall() == []
+
+
+def test_executor_backend_terminated_mid_batch_then_restarted(faults: psycopg.Connection[Any], db_dsn: str) -> None:
+    conn = faults
+    ops = [
+        submit(conn, "add_node", node(("block: " if i == 12 else "") + f"memory {i}"))["operation_id"]
+        for i in range(25)
+    ]
+    conn.execute("SELECT pg_advisory_lock(4242)")
+    stop = threading.Event()
+    done: list[int] = []
+    thread = threading.Thread(
+        target=lambda: done.append(
+            ledger_worker.run_worker(
+                db_dsn,
+                worker="victim",
+                batch=100,
+                poll_interval=0.1,
+                stop=stop,
+                install_signal_handlers=False,
+                reconnect_delay=0.1,
+            )
+        )
+    )
+    thread.start()
+    try:
+        wait_for(lambda: _waiting_on_4242(conn) is not None, what="the executor to block mid-batch")
+        # Twelve operations are applied inside the open transaction, none is visible.
+        assert count(conn, "SELECT count(*) FROM prme.nodes") == 0
+        assert count(conn, "SELECT count(*) FROM prme.operations WHERE state = 'committed'") == 0
+        pid = _waiting_on_4242(conn)
+        assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        wait_for(lambda: _waiting_on_4242(conn) not in (None, pid), what="the worker to reconnect and block again")
+        assert count(conn, "SELECT count(*) FROM prme.nodes") == 0
+        conn.execute("SELECT pg_advisory_unlock(4242)")
+        wait_for(lambda: count(conn, "SELECT count(*) FROM prme.operations WHERE state = 'committed'") == 25)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock_all()")
+        stop.set()
+        thread.join(30)
+    assert done == [25]
+    _assert_exactly_once(conn, ops)
+    # The killed attempts left no trace: one attempt, one processing event each.
+    assert {receipt(conn, o)["attempts"] for o in ops} == {1}
+    assert count(conn, "SELECT count(*) FROM prme.operation_events WHERE state = 'processing'") == 25
+
+
+def _worker_process(dsn: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "prme_pg.worker", "--dsn", dsn, "--poll-interval", "0.1", *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _worker_backends(conn: psycopg.Connection[Any]) -> int:
+    return count(
+        conn,
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = 'prme-pg worker' AND datname = current_database()",
+    )
+
+
+def test_worker_process_sigkilled_mid_drain_then_restarted(faults: psycopg.Connection[Any], db_dsn: str) -> None:
+    conn = faults
+    ops = [submit(conn, "add_node", node(f"slow: memory {i}"))["operation_id"] for i in range(300)]
+    committed = "SELECT count(*) FROM prme.operations WHERE state = 'committed'"
+    for round_ in range(2):
+        proc = _worker_process(db_dsn, "--batch", "20", "--worker", f"victim-{round_}")
+        try:
+            target = 40 * (round_ + 1)
+            wait_for(lambda t=target: count(conn, committed) >= t, what="some batches to commit")
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        # The orphaned backend finishes or aborts its batch on its own: all or nothing.
+        wait_for(lambda: _worker_backends(conn) == 0, what="the orphaned backend to end")
+    assert count(conn, committed) < 300
+    finished = ledger_worker.run_worker(
+        db_dsn, worker="restart", batch=50, until_idle=True, install_signal_handlers=False
+    )
+    assert finished == 300 - count(conn, "SELECT count(*) FROM prme.operations WHERE worker <> 'restart'")
+    _assert_exactly_once(conn, ops)
+
+
+def test_worker_stops_gracefully_on_sigterm(faults: psycopg.Connection[Any], db_dsn: str) -> None:
+    conn = faults
+    for i in range(200):
+        submit(conn, "add_node", node(f"slow: memory {i}"))
+    proc = _worker_process(db_dsn, "--batch", "10")
+    try:
+        wait_for(lambda: count(conn, "SELECT count(*) FROM prme.operations WHERE state = 'committed'") >= 20)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    assert "stopping after the current batch" in stderr
+    assert _worker_backends(conn) == 0
+    # Stopped between batches: nothing half-done, the rest is still claimable.
+    assert count(conn, "SELECT count(*) FROM prme.operations WHERE state NOT IN ('accepted', 'committed')") == 0
+    assert count(conn, "SELECT count(*) FROM prme.operations WHERE state = 'committed'") % 10 == 0
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == count(
+        conn, "SELECT count(*) FROM prme.operations WHERE state = 'committed'"
+    )
+
+
+def test_worker_wakes_on_notify(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=ledger_worker.run_worker,
+        args=(db_dsn,),
+        kwargs={"worker": "listener", "poll_interval": 30.0, "stop": stop, "install_signal_handlers": False},
+    )
+    thread.start()
+    try:
+        time.sleep(0.3)  # idle, waiting on LISTEN with a 30 s poll
+        op = submit(conn, "add_node", node("wake up"))["operation_id"]
+        wait_for(lambda: receipt(conn, op)["state"] == "committed", timeout=5, what="the notified worker")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+# -----------------------------------------------------------------------------
+# Events
+# -----------------------------------------------------------------------------
+
+
+def test_events_resume_by_after_seq_without_gap_or_duplicate(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    stop_reader = threading.Event()
+    stop_worker = threading.Event()
+    seen: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            with psycopg.connect(db_dsn, autocommit=True) as c:
+                after = 0
+                while True:
+                    page = events(c, after=after, max_count=7)
+                    seen.extend(page)
+                    if page:
+                        after = page[-1]["seq"]
+                    elif stop_reader.is_set():
+                        return
+                    else:
+                        time.sleep(0.005)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def writer(n: int) -> None:
+        try:
+            with psycopg.connect(db_dsn, autocommit=True) as c:
+                for i in range(40):
+                    submit(c, "add_node", node(f"writer {n} memory {i}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader)] + [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    executor = threading.Thread(
+        target=ledger_worker.run_worker,
+        args=(db_dsn,),
+        kwargs={"batch": 5, "poll_interval": 0.05, "stop": stop_worker, "install_signal_handlers": False},
+    )
+    for t in [*threads, executor]:
+        t.start()
+    for t in threads[1:]:
+        t.join(60)
+    wait_for(lambda: count(conn, "SELECT count(*) FROM prme.operations WHERE state = 'committed'") == 160)
+    stop_worker.set()
+    executor.join(30)
+    wait_for(lambda: len(seen) >= 480, what="the reader to catch up")
+    stop_reader.set()
+    threads[0].join(30)
+    assert not errors, errors
+
+    everything = events(conn)
+    assert len(everything) == 480
+    assert [e["seq"] for e in seen] == [e["seq"] for e in everything], "no gap, no duplicate, same order"
+    assert seen == everything
+    per_op: dict[uuid.UUID, list[int]] = {}
+    for e in everything:
+        per_op.setdefault(e["operation_id"], []).append(e["operation_seq"])
+    assert all(v == [1, 2, 3] for v in per_op.values())
+
+
+def test_events_of_a_late_committing_transaction_are_not_skipped(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    """A transaction that started writing first but commits last keeps its place in the stream."""
+    with psycopg.connect(db_dsn) as slow:  # not autocommit: stays open
+        first = submit(slow, "add_node", node("written first, committed last"))["operation_id"]
+        second = submit(conn, "add_node", node("written second, committed first"))["operation_id"]
+        # The committed event is in the table, with a larger seq than the open one's...
+        assert count(conn, "SELECT count(*) FROM prme.operation_events") == 1
+        # ...but a reader does not see it yet: it would resume past the open one.
+        assert events(conn) == []
+        slow.commit()
+    page = events(conn)
+    assert [e["operation_id"] for e in page] == [first, second]
+    assert page[0]["seq"] < page[1]["seq"]
+
+
+def test_events_of_one_operation_and_paging(conn: psycopg.Connection[Any]) -> None:
+    a = submit(conn, "add_node", node("a"))["operation_id"]
+    b = submit(conn, "add_node", node("b"))["operation_id"]
+    drain(conn)
+    only_a = events(conn, operation_id=a)
+    assert [e["state"] for e in only_a] == ["accepted", "processing", "committed"]
+    assert [e["operation_seq"] for e in only_a] == [1, 2, 3]
+    assert only_a[-1]["detail"] == {"result": {"node_id": str(derived_id(a)), "node_version": 1}}
+    assert events(conn, after=only_a[0]["seq"], operation_id=a) == only_a[1:]
+    all_events = events(conn)
+    pages: list[dict[str, Any]] = []
+    after = 0
+    while page := events(conn, after=after, max_count=2):
+        pages += page
+        after = page[-1]["seq"]
+    assert pages == all_events and len(all_events) == 6
+    assert {e["operation_id"] for e in all_events} == {a, b}
+    for bad in (0, 10001, None):
+        assert sqlstate(lambda m=bad: events(conn, max_count=m)) == "PR422"
+    assert sqlstate(lambda: events(conn, after=-1)) == "PR422"
+
+
+def test_notify_on_acceptance_is_throttled(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN prme_operations")
+
+        def heard(timeout: float = 0.5) -> list[tuple[str, str]]:
+            return [(n.channel, n.payload) for n in listener.notifies(timeout=timeout)]
+
+        submit(conn, "add_node", node("hello"))
+        assert heard() == [("prme_operations", "ready")]
+        # Within prme.notify_interval_ms of the last notification, a submit stays quiet...
+        conn.execute("SET prme.notify_interval_ms = 60000")
+        submit(conn, "add_node", node("quiet"))
+        assert heard() == []
+        # ...and with 0 every submit notifies.
+        conn.execute("SET prme.notify_interval_ms = 0")
+        submit(conn, "add_node", node("loud"))
+        submit(conn, "add_node", node("louder"))
+        assert heard() == [("prme_operations", "ready")] * 2
+        # The executor notifies once per batch (identical notifications collapse).
+        drain(conn)
+        assert set(heard()) == {("prme_operations", "events")}
+
+
+# -----------------------------------------------------------------------------
+# Long memories
+# -----------------------------------------------------------------------------
+
+WHITESPACE = re.compile(r"[^\t\n\x0b\x0c\r ]+")
+
+
+def plan(content: str, budget: int) -> list[tuple[int, int, int, int, str]]:
+    """The words_v1 plan, independently: (token_start, token_end, char_start, char_end, sha256)."""
+    ends = [m.end() for m in WHITESPACE.finditer(content)]
+    parts = []
+    for start in range(0, len(ends), budget):
+        stop = min(start + budget, len(ends))
+        char_start = 0 if start == 0 else ends[start - 1]
+        char_end = len(content) if stop == len(ends) else ends[stop - 1]
+        text = content[char_start:char_end]
+        parts.append((start, stop, char_start, char_end, hashlib.sha256(text.encode()).hexdigest()))
+    return parts
+
+
+def parts_of(conn: psycopg.Connection[Any], op: uuid.UUID) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute("SELECT * FROM prme.operation_parts('alice', %s)", (op,)).fetchall()
+
+
+def test_long_memory_is_planned_into_parts_and_committed_as_one(conn: psycopg.Connection[Any]) -> None:
+    content = "  " + "\t".join(f"w\u00e9{i} \U0001f600" for i in range(25)) + "\n\n"
+    op = submit(conn, "add_node", node(content, token_budget=8))["operation_id"]
+    assert [r["outcome"] for r in run(conn)] == ["committed"]
+    stored = parts_of(conn, op)
+    expected = plan(content, 8)
+    assert len(expected) == 7  # 50 tokens: 6 parts of 8, one of 2
+    assert [(p["token_start"], p["token_end"], p["char_start"], p["char_end"], p["sha256"]) for p in stored] == expected
+    assert {(p["tokenizer"], p["state"]) for p in stored} == {("words_v1", "validated")}
+    row = conn.execute("SELECT id, content FROM prme.nodes").fetchone()
+    assert row == (derived_id(op), content), "one memory, assembled exactly"
+    assert receipt(conn, op)["result"] == {"node_id": str(derived_id(op)), "node_version": 1, "parts": 7}
+    # A memory within its budget is not planned.
+    short = submit(conn, "add_node", node(words(8), token_budget=8))["operation_id"]
+    drain(conn)
+    assert parts_of(conn, short) == []
+
+
+def test_long_memory_plan_and_finished_parts_survive_a_killed_executor(
+    conn: psycopg.Connection[Any], db_dsn: str
+) -> None:
+    content = words(100)
+    op = submit(conn, "add_node", node(content, token_budget=10))["operation_id"]
+    assert [r["outcome"] for r in run(conn, max_parts=3)] == ["progress"]
+    first = parts_of(conn, op)
+    assert [p["state"] for p in first] == ["validated"] * 3 + ["planned"] * 7
+    assert receipt(conn, op)["state"] == "processing"
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == 0
+
+    # Freeze the next executor call after it validated parts 4 and 5, then kill it.
+    conn.execute(
+        """
+        CREATE FUNCTION public.part_gate() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+        BEGIN
+            IF NEW.part_no = 6 THEN
+                PERFORM pg_advisory_lock_shared(4242);
+                PERFORM pg_advisory_unlock_shared(4242);
+            END IF;
+            RETURN NEW;
+        END;
+        $$
+        """
+    )
+    conn.execute(
+        "CREATE TRIGGER part_gate BEFORE UPDATE ON prme.operation_parts"
+        " FOR EACH ROW EXECUTE FUNCTION public.part_gate()"
+    )
+    conn.execute("SELECT pg_advisory_lock(4242)")
+    failure: list[BaseException] = []
+
+    def doomed() -> None:
+        try:
+            with psycopg.connect(db_dsn, autocommit=True) as c:
+                run(c, max_parts=5)
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=doomed)
+    thread.start()
+    wait_for(lambda: _waiting_on_4242(conn) is not None, what="the executor to reach part 6")
+    conn.execute("SELECT pg_terminate_backend(%s)", (_waiting_on_4242(conn),))
+    thread.join(30)
+    conn.execute("SELECT pg_advisory_unlock(4242)")
+    assert failure and isinstance(failure[0], psycopg.OperationalError)
+    assert parts_of(conn, op) == first, "the stored plan and its finished parts are as they were"
+
+    # Restarted: the same plan, parts 1-3 untouched, the rest validated, one memory.
+    for _ in range(10):
+        if not run(conn, max_parts=3):
+            break
+    final = parts_of(conn, op)
+    assert [p["planned_at"] for p in final] == [p["planned_at"] for p in first]
+    assert [p["validated_at"] for p in final[:3]] == [p["validated_at"] for p in first[:3]]
+    assert all(p["state"] == "validated" for p in final)
+    assert conn.execute("SELECT content FROM prme.nodes").fetchall() == [(content,)]
+    r = receipt(conn, op)
+    assert (r["state"], r["attempts"]) == ("committed", 1)
+    progress = [e["detail"] for e in events(conn, operation_id=op) if e["state"] == "processing"]
+    assert progress[0] == {"attempt": 1, "worker": "test"}
+    assert progress[1:] == [
+        {"parts": 10, "parts_validated": 3},
+        {"parts": 10, "parts_validated": 6},
+        {"parts": 10, "parts_validated": 9},
+    ]
+
+
+# -----------------------------------------------------------------------------
+# Privileges and status
+# -----------------------------------------------------------------------------
+
+
+def test_prme_app_uses_the_ledger_only_through_functions(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET ROLE prme_app")
+    try:
+        op = submit(conn, "add_node", node("via app"))["operation_id"]
+        assert [r["outcome"] for r in run(conn)] == ["committed"]
+        assert receipt(conn, op)["state"] == "committed"
+        assert len(events(conn, operation_id=op)) == 3
+        assert conn.execute("SELECT prme.derived_id(%s)", (op,)).fetchone() == (derived_id(op),)
+        assert conn.execute("SELECT accepting FROM prme.ledger_status()").fetchone() == (True,)
+        for forbidden in (
+            "SELECT * FROM prme.operations",
+            "SELECT * FROM prme.operation_events",
+            "SELECT * FROM prme.operation_parts",
+            "SELECT prme._jcs('{}')",
+            "SELECT prme._uuid_v5(gen_random_uuid(), 'x')",
+        ):
+            assert sqlstate(lambda q=forbidden: conn.execute(q)) == "42501", forbidden
+    finally:
+        conn.execute("RESET ROLE")
+
+
+def test_ledger_status_reports_the_backlog(conn: psycopg.Connection[Any]) -> None:
+    a = submit(conn, "add_node", node(words(40), token_budget=10))["operation_id"]
+    submit(conn, "add_node", node("b"), dependencies=[a])
+    submit(conn, "add_node", node("c"))
+    with conn.cursor(row_factory=dict_row) as cur:
+        status = cur.execute("SELECT * FROM prme.ledger_status()").fetchone()
+        assert status is not None
+        assert (status["accepting"], status["ready"], status["blocked"], status["processing"]) == (True, 3, 0, 0)
+        assert status["oldest_ready_at"] is not None
+        run(conn, max_parts=1)
+        status = cur.execute("SELECT * FROM prme.ledger_status()").fetchone()
+        assert status is not None
+        assert (status["ready"], status["blocked"], status["processing"]) == (0, 1, 1)
+        drain(conn, max_parts=1)
+        status = cur.execute("SELECT * FROM prme.ledger_status()").fetchone()
+        assert status is not None
+        assert (status["ready"], status["blocked"], status["processing"], status["oldest_ready_at"]) == (0, 0, 0, None)
