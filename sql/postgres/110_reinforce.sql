@@ -114,6 +114,12 @@ BEGIN
         IF prme._key_replays(
             v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
         ) THEN
+            -- Read the node again: the call that committed the key may have committed
+            -- after the read above, and a replay returns the current node. Seeing the
+            -- key guarantees this new snapshot sees that call's update too.
+            SELECT n.* INTO v_node
+            FROM prme.nodes AS n
+            WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
             RETURN prme._node_view(v_node, TRUE);
         END IF;
     END IF;
