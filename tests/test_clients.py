@@ -369,8 +369,8 @@ def test_pool_size_bounds_connections(db_dsn: str) -> None:
 
 
 def test_the_api_needs_only_prme_app(pg_server: testing.Server, db_dsn: str) -> None:
-    """A login in prme_app (EXECUTE on the API, no table access) runs the whole client API;
-    the independent verifier, which reads the tables, is refused."""
+    """A login in prme_app (EXECUTE on the API, no table access) runs the whole client API,
+    the independent verifier included (it reads through prme.journal_records)."""
     role = f"prme_test_app_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN IN ROLE prme_app")
@@ -383,8 +383,12 @@ def test_the_api_needs_only_prme_app(pg_server: testing.Server, db_dsn: str) -> 
             assert memory.replay_node(node.id, user_id=ALICE).matches
             assert [n.id for n in memory.iter_nodes(user_id=ALICE)] == [node.id]
             memory.archive_node(node.id, user_id=ALICE)
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                memory.verify_journal(user_id=ALICE, independent=True)
+            assert memory.verify_journal(user_id=ALICE, independent=True) == []
+        with (
+            psycopg.connect(make_conninfo(db_dsn, user=role)) as conn,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            conn.execute("SELECT 1 FROM prme.journal")
     finally:
         with psycopg.connect(pg_server.dsn, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")

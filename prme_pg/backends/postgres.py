@@ -109,10 +109,8 @@ REPLAY_NODE: LiteralString = (
 # (the owner, or prme_reader with SET prme.user_id); prme_app has no table access.
 # Nodes without records still appear (journal columns NULL): their head is checked too.
 JOURNAL_RECORDS: LiteralString = (
-    "SELECT n.id, n.version, n.last_checksum, j.node_version, j.record_version, j.op, j.operation_id, "
-    "j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum "
-    "FROM prme.nodes AS n LEFT JOIN prme.journal AS j ON j.user_id = n.user_id AND j.node_id = n.id "
-    "WHERE n.user_id = %(user_id)s ORDER BY n.id, j.node_version"
+    "SELECT node_id, version, last_checksum, node_version, record_version, op, operation_id, "
+    "request_id, evidence_id, record, checksum, prev_checksum FROM prme.journal_records(user_id => %(user_id)s)"
 )
 
 
