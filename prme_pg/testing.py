@@ -98,7 +98,7 @@ def find_pg_bindir() -> Path | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -114,7 +114,7 @@ class PostgresCluster:
 
     bindir: Path
     settings: Mapping[str, str] = field(default_factory=dict)
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="prme-pg-cluster-")))
 
     @property
