@@ -269,8 +269,8 @@ JOURNAL_RECORDS = (
 # -- validation: sql/postgres/030_validation.sql, same checks and messages ----------
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-# PostgreSQL's [[:cntrl:]] in a C-locale database: ASCII control characters.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Unicode's control characters (category Cc), as prme._valid_user_id spells them out.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _STABILITIES = ("low", "semi-stable", "stable")
 _DECAY_PROFILES = ("permanent", "slow", "medium", "fast", "rapid")
 _MAX_TEXT_BYTES = 65536

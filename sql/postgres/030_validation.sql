@@ -13,11 +13,12 @@ IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- An explicit control-character set: [[:cntrl:]] depends on the database locale.
+    -- Control characters are Unicode's Cc set, U+0000-U+001F and U+007F-U+009F, spelt
+    -- out: [[:cntrl:]] depends on the database locale.
     IF user_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'user_id must not be null';
     END IF;
-    IF length(user_id) NOT BETWEEN 1 AND 256 OR user_id ~ '[\x01-\x1f\x7f]' OR user_id <> btrim(user_id) THEN
+    IF length(user_id) NOT BETWEEN 1 AND 256 OR user_id ~ '[\x01-\x1f\x7f-\x9f]' OR user_id <> btrim(user_id) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422',
             MESSAGE = 'user_id must be 1 to 256 characters without control characters or surrounding spaces';

@@ -7,7 +7,8 @@
 --   anything else is PR409; 3. lock the node (missing, foreign or archived is
 --   PR404) and re-check the key against a call that committed while we waited;
 --   4. evidence must share the node's owner and scope; 5. additive caps that never
---   reduce; 6. journal record, then the key, in the same transaction.
+--   reduce; 6. journal record, then the key, in the same transaction; 7. an
+--   explicit_reinforcement outcome event (210_outcomes.sql), same transaction.
 -- =============================================================================
 
 CREATE FUNCTION prme._reinforced_boost(boost numeric)
@@ -198,6 +199,13 @@ BEGIN
                 DETAIL = 'an idempotency key is bound to one operation, node and evidence';
         END IF;
     END IF;
+
+    -- 7. The outcome event (docs/MAINTENANCE.md): an applied confirmation counts
+    -- as explicit_reinforcement; a replay returned above and appends nothing.
+    PERFORM prme._add_outcome(
+        v_user_id, reinforce.node_id, 'explicit_reinforcement', reinforce.evidence_id, NULL, NULL, NULL,
+        reinforce.request_id, 'reinforce', v_after.version, v_now
+    );
 
     RETURN prme._node_view(v_after, FALSE);
 END;

@@ -1,0 +1,338 @@
+"""prme-pg maintenance benchmark (issue 7, item 7): the report against one scan of the outcomes.
+
+Run from the repository root:
+
+    .venv/bin/python bench/maintenance_bench.py               # 1,000,000 memories, 5,000,000 outcome events
+    .venv/bin/python bench/maintenance_bench.py --scale 0.1   # 100,000 and 500,000 (a quick look)
+    .venv/bin/python bench/maintenance_bench.py --patch       # also time maintenance_patch (stores every op)
+
+It starts its own throwaway cluster from this machine's PostgreSQL binaries (durability
+off: the data is generated, and the measured statements only read), applies the
+migrations, and generates one owner's data set-based with generate_series:
+
+* memories: 50 % low, 30 % semi-stable, 20 % stable; 40 % with a next_review_at between
+  120 days ago and 60 days ahead, the rest unscheduled (due one cadence after their last
+  confirmation or creation); 3 % contested, 2 % archived; created up to a year ago;
+* outcome events, 1 to 9 per memory (5 on average, exactly 5 x memories in total):
+  10 % explicit_reinforcement, 60 % implicit_success, 25 % neutral_exposure,
+  5 % explicit_correction, all recorded before now;
+* the bookkeeping rebuilt set-based from memories and events (prme._rebuild_node_maintenance:
+  the triggers that keep it during normal writes are off for the bulk load), and a review
+  state for every tenth memory.
+
+The generator inserts rows directly, as a bulk load would, with foreign-key triggers
+off (session_replication_role = replica); the rows are consistent by construction. No
+journal records are generated: neither statement measured here reads the journal.
+
+Measured warm, the statements interleaved round by round (so load from other
+processes hits each alike), median of --runs, as wall time and as server CPU time (the
+backend plus any parallel workers, from /proc: robust on a shared machine):
+
+* one sequential scan of the outcome table, SELECT count(*) FROM prme.outcomes, in a
+  single process (max_parallel_workers_per_gather = 0): the baseline of the target;
+* the same scan with the server's parallel workers, for reference;
+* SELECT count(*) FROM prme.maintenance_report('bench'), as prme_app would call it.
+
+The target is report <= 3 x the single-process scan; the ratio against the parallel scan is
+printed too. Exit status 1 when the target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from prme_pg import testing
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+TARGET_RATIO = 3.0
+USER = "bench"
+REPORT_SQL = "SELECT count(*) FROM prme.maintenance_report('bench')"
+
+SERVER_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "shared_buffers": "2GB",
+    "work_mem": "256MB",  # the report's result set stays in memory
+    "maintenance_work_mem": "1GB",
+    "max_wal_size": "16GB",
+    "checkpoint_timeout": "1h",
+    "autovacuum": "off",
+}
+
+NODES_SQL = """
+INSERT INTO prme.nodes (
+    id, user_id, namespace, scope, kind, content, confidence_base, salience_base, reinforcement_boost,
+    last_reinforced_at, evidence_refs, stability, next_review_at, lifecycle_state, decay_profile,
+    created_at, updated_at, version, last_checksum
+)
+SELECT
+    ('10000000-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid,
+    'bench', 'default', 'personal', 'fact',
+    'memory ' || i || ': the owner prefers ' || (ARRAY['tabs', 'spaces', 'tea', 'coffee', 'trains'])[1 + h % 5],
+    0.5 + (h % 45) / 100.0,
+    0.5,
+    0,
+    CASE WHEN h % 4 = 0 THEN now() - (h % 200) * interval '1 day' END,
+    '{}',
+    CASE WHEN h % 10 < 5 THEN 'low' WHEN h % 10 < 8 THEN 'semi-stable' ELSE 'stable' END,
+    CASE WHEN h % 5 < 2 THEN now() + ((h % 180) - 120) * interval '1 day' END,
+    CASE WHEN h % 100 < 95 THEN 'active' WHEN h % 100 < 98 THEN 'contested' ELSE 'archived' END,
+    (ARRAY['slow', 'medium', 'medium', 'fast', 'permanent'])[1 + (h / 7) % 5],
+    now() - (200 + h % 165) * interval '1 day',
+    now() - (h % 200) * interval '1 day',
+    1,
+    repeat('0', 64)
+FROM generate_series(1, {nodes}) AS i
+CROSS JOIN LATERAL (SELECT (i::bigint * 2654435761) % 4294967291 AS h) AS x
+"""
+
+# 1..9 events per memory in pairs that sum to 10: exactly 5 x memories events in all.
+OUTCOMES_SQL = """
+INSERT INTO prme.outcomes (user_id, id, node_id, outcome, weight, recorded_by, node_version, created_at)
+SELECT
+    'bench',
+    ('20000000-0000-4000-8000-' || lpad(to_hex(i * 16 + j), 12, '0'))::uuid,
+    ('10000000-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid,
+    k.outcome,
+    k.weight,
+    'record_outcome',
+    1,
+    now() - ((i + j) % 10000) * interval '1 minute'
+FROM generate_series(1, {nodes}) AS i
+CROSS JOIN LATERAL (SELECT ((i + 1) / 2 * 2654435761) % 9 AS h) AS p
+CROSS JOIN LATERAL generate_series(1, CASE WHEN i % 2 = 1 THEN 1 + p.h ELSE 9 - p.h END) AS j
+CROSS JOIN LATERAL (SELECT ((i * 31 + j * 17) * 2654435761) % 100 AS r) AS q
+CROSS JOIN LATERAL (
+    SELECT
+        CASE WHEN q.r < 10 THEN 'explicit_reinforcement' WHEN q.r < 70 THEN 'implicit_success'
+             WHEN q.r < 95 THEN 'neutral_exposure' ELSE 'explicit_correction' END AS outcome,
+        CASE WHEN q.r < 10 THEN 1.0 WHEN q.r < 70 THEN 0.2 WHEN q.r < 95 THEN 0 ELSE -1.0 END AS weight
+) AS k
+"""
+
+STATE_SQL = """
+UPDATE prme.node_maintenance AS k SET
+    reviewed_explicit_reinforcements = k.explicit_reinforcements / 2,
+    reviewed_implicit_successes = k.implicit_successes / 2,
+    reviewed_neutral_exposures = k.neutral_exposures / 2,
+    reviewed_explicit_corrections = k.explicit_corrections / 2,
+    reviewed_at = now() - interval '10 days',
+    decay_anchor = k.next_review_at,
+    decay_cycles = CASE WHEN k.next_review_at < now() THEN 1 ELSE 0 END
+WHERE k.user_id = 'bench' AND ('x' || substr(md5(k.node_id::text), 1, 8))::bit(32)::integer % 10 = 0
+"""
+
+
+def _proc_times(pid: int) -> tuple[int, int]:
+    """(utime + stime, cutime + cstime) of a process, in clock ticks."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+class CpuMeter:
+    """Server CPU time of one connection's statements: its backend, plus the parallel
+    workers it started (reaped by the postmaster, so counted in its cutime/cstime)."""
+
+    def __init__(self, postmaster_pid: int, backend_pid: int) -> None:
+        self.postmaster_pid = postmaster_pid
+        self.backend_pid = backend_pid
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> float:
+        own, _ = _proc_times(self.backend_pid)
+        _, children = _proc_times(self.postmaster_pid)
+        return (own + children) / self.tick
+
+
+@dataclass
+class Measure:
+    """Wall and CPU seconds of the runs of one statement."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    value: Any = None
+
+    @property
+    def wall_median(self) -> float:
+        return statistics.median(self.wall)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu)
+
+
+def _run(conn: psycopg.Connection[Any], meter: CpuMeter, query: str, setup: str, measure: Measure) -> None:
+    conn.execute(setup)
+    time.sleep(0.2)  # let the workers of the previous statement be reaped
+    cpu = meter.read()
+    start = time.perf_counter()
+    row = conn.execute(query).fetchone()
+    wall = time.perf_counter() - start
+    time.sleep(0.3)
+    measure.cpu.append(meter.read() - cpu)
+    measure.wall.append(wall)
+    measure.value = row[0] if row else None
+
+
+def _step(label: str, work: Callable[[], Any]) -> float:
+    with console.status(label):
+        start = time.perf_counter()
+        work()
+        seconds = time.perf_counter() - start
+    console.print(f"  {label}: {seconds:.1f} s")
+    return seconds
+
+
+def _load(conn: psycopg.Connection[Any], nodes: int) -> dict[str, float]:
+    conn.execute("SET session_replication_role = replica")  # bulk load: triggers off
+    load = {
+        "memories": _step("memories", lambda: conn.execute(NODES_SQL.replace("{nodes}", str(nodes)).encode())),
+        "outcomes": _step("outcome events", lambda: conn.execute(OUTCOMES_SQL.replace("{nodes}", str(nodes)).encode())),
+    }
+    conn.execute("RESET session_replication_role")
+    load["bookkeeping"] = _step(
+        "bookkeeping (set-based rebuild)", lambda: conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (USER,))
+    )
+    load["review_state"] = _step("review state", lambda: conn.execute(STATE_SQL.encode()))
+    load["vacuum"] = _step("vacuum analyze", lambda: conn.execute("VACUUM (ANALYZE, FREEZE)"))
+    return load
+
+
+def _measure(conn: psycopg.Connection[Any], meter: CpuMeter, runs: int) -> dict[str, Measure]:
+    statements = {
+        "scan": ("SET max_parallel_workers_per_gather = 0", "SELECT count(*) FROM prme.outcomes"),
+        "scan_parallel": ("RESET max_parallel_workers_per_gather", "SELECT count(*) FROM prme.outcomes"),
+        "report": ("RESET max_parallel_workers_per_gather", REPORT_SQL),
+    }
+    measures = {name: Measure() for name in statements}
+    with console.status("measuring"):
+        for setup, query in statements.values():  # warm the cache and the plans
+            _run(conn, meter, query, setup, Measure())
+        for _ in range(runs):
+            for name, (setup, query) in statements.items():
+                _run(conn, meter, query, setup, measures[name])
+    return measures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1_000_000, help="memories at scale 1 (default 1,000,000)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the data size (default 1)")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per statement (default 5)")
+    parser.add_argument("--patch", action="store_true", help="also time one maintenance_patch (stores every op)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    args = parser.parse_args(argv)
+    nodes = max(2, round(args.nodes * args.scale / 2) * 2)  # even: events come in pairs of memories
+
+    cluster = testing.PostgresCluster.create(SERVER_SETTINGS)
+    try:
+        server = testing.Server(cluster.dsn)
+        dsn = server.dsn_for(testing.create_database(server, prefix="prme_bench"))
+        testing.install_schema(dsn)
+        postmaster_pid = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+            console.print(f"PostgreSQL {version}: {nodes:,} memories, {5 * nodes:,} outcome events")
+            load = _load(conn, nodes)
+            outcomes = int(conn.execute("SELECT count(*) FROM prme.outcomes").fetchone()[0])  # type: ignore[index]
+            sizes = conn.execute(
+                "SELECT pg_relation_size('prme.outcomes') / 1048576,"
+                " pg_relation_size('prme.node_maintenance') / 1048576, pg_relation_size('prme.nodes') / 1048576"
+            ).fetchone()
+            assert sizes is not None
+            meter = CpuMeter(postmaster_pid, int(conn.execute("SELECT pg_backend_pid()").fetchone()[0]))  # type: ignore[index]
+            measures = _measure(conn, meter, args.runs)
+            kinds: dict[str, int] = dict(
+                conn.execute(
+                    "SELECT k, count(*) FROM prme.maintenance_report('bench'), unnest(recommendations) AS k"
+                    " GROUP BY 1 ORDER BY 1"
+                ).fetchall()
+            )
+            patch: tuple[float, Any] | None = None
+            if args.patch:
+                start = time.perf_counter()
+                ops = conn.execute("SELECT jsonb_array_length(ops) FROM prme.maintenance_patch('bench')").fetchone()
+                patch = (time.perf_counter() - start, ops[0] if ops else None)
+    finally:
+        cluster.destroy()
+
+    scan, parallel, report = measures["scan"], measures["scan_parallel"], measures["report"]
+    ratio = report.wall_median / scan.wall_median
+    result = {
+        "server_version": version,
+        "settings": SERVER_SETTINGS,
+        "memories": nodes,
+        "outcomes": outcomes,
+        "table_mb": {"outcomes": int(sizes[0]), "node_maintenance": int(sizes[1]), "nodes": int(sizes[2])},
+        "load_seconds": {k: round(v, 1) for k, v in load.items()},
+        "report_rows": report.value,
+        "recommendations": kinds,
+        **{
+            f"{name}_{unit}": [round(x, 4) for x in getattr(m, unit)]
+            for name, m in measures.items()
+            for unit in ("wall", "cpu")
+        },
+        "ratio_wall": round(ratio, 2),
+        "ratio_cpu": round(report.cpu_median / scan.cpu_median, 2),
+        "ratio_wall_vs_parallel_scan": round(report.wall_median / parallel.wall_median, 2),
+        "target_ratio": TARGET_RATIO,
+        "passed": ratio <= TARGET_RATIO,
+        "patch_seconds": None if patch is None else round(patch[0], 2),
+        "patch_ops": None if patch is None else patch[1],
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0 if result["passed"] else 1
+
+    table = Table(title=f"maintenance_report over {nodes:,} memories and {outcomes:,} outcome events")
+    table.add_column("statement (median of runs)")
+    table.add_column("wall", justify="right")
+    table.add_column("x scan", justify="right")
+    table.add_column("server CPU", justify="right")
+    table.add_column("x scan", justify="right")
+    rows = [
+        ("seq scan of prme.outcomes, 1 process (baseline)", scan),
+        ("seq scan of prme.outcomes, parallel workers", parallel),
+        (f"maintenance_report ({report.value:,} rows)", report),
+    ]
+    for label, m in rows:
+        table.add_row(
+            label,
+            f"{m.wall_median:.3f} s",
+            f"{m.wall_median / scan.wall_median:.2f}",
+            f"{m.cpu_median:.3f} s",
+            f"{m.cpu_median / scan.cpu_median:.2f}",
+        )
+    if patch is not None:
+        table.add_row(f"maintenance_patch ({patch[1]:,} ops, once)", f"{patch[0]:.3f} s", "", "", "")
+    console.print(table)
+    console.print(
+        f"tables: outcomes {sizes[0]} MB, node_maintenance {sizes[1]} MB, nodes {sizes[2]} MB; recommendations: "
+        + ", ".join(f"{k} {v:,}" for k, v in kinds.items())
+    )
+    verdict = "[green]PASS[/]" if result["passed"] else "[red]FAIL[/]"
+    console.print(
+        f"target: report <= {TARGET_RATIO:g} x one sequential scan of the outcome table: {ratio:.2f} {verdict} "
+        f"(CPU {result['ratio_cpu']}; against the parallel scan {result['ratio_wall_vs_parallel_scan']})"
+    )
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+-- =============================================================================
+-- prme-pg: correction linking
+--
+-- An owner's message that corrects a memory ("no, I use spaces now") must count
+-- against the memory it corrects, and only that one. link_correction compares the
+-- message with candidate memories (typically what recall just showed) by token
+-- overlap:
+--   tokens   lower-cased runs of [a-z0-9] longer than 3 characters (a set);
+--   overlap  |A ∩ B| / min(|A|, |B|), 0 when either set is empty;
+--   match    overlap >= 0.45, among the candidates that are active memories of
+--            the owner (others are ignored, never revealed).
+-- Exactly one match appends an explicit_correction outcome to it. Zero or several
+-- put the message in prme.correction_inbox for the owner to resolve, and append
+-- nothing: a correction is never guessed onto a memory.
+-- is_correction(message) spots explicit correction phrasing. See docs/MAINTENANCE.md.
+-- =============================================================================
+
+CREATE TABLE prme.correction_inbox (
+    user_id text NOT NULL,
+    id uuid NOT NULL,
+    message text NOT NULL,
+    thread_id text CHECK (length(thread_id) BETWEEN 1 AND 256),
+    candidate_node_ids uuid[] NOT NULL,
+    matched_node_ids uuid[] NOT NULL,
+    reason text NOT NULL CHECK (reason IN ('no_match', 'ambiguous')),
+    created_at timestamptz NOT NULL,
+    resolution text CHECK (resolution IN ('linked', 'dismissed')),
+    resolved_node_id uuid,
+    outcome_id uuid,
+    resolved_at timestamptz,
+    PRIMARY KEY (user_id, id),
+    FOREIGN KEY (user_id, resolved_node_id) REFERENCES prme.nodes (user_id, id),
+    FOREIGN KEY (user_id, outcome_id) REFERENCES prme.outcomes (user_id, id),
+    CHECK ((reason = 'ambiguous') = (cardinality(matched_node_ids) >= 2)),
+    CHECK (
+        (resolution IS NULL AND resolved_at IS NULL AND resolved_node_id IS NULL AND outcome_id IS NULL)
+        OR (resolution = 'dismissed' AND resolved_at IS NOT NULL AND resolved_node_id IS NULL AND outcome_id IS NULL)
+        OR (
+            resolution = 'linked' AND resolved_at IS NOT NULL AND resolved_node_id IS NOT NULL
+            AND outcome_id IS NOT NULL
+        )
+    )
+);
+
+COMMENT ON TABLE prme.correction_inbox IS
+'Correction messages that matched no candidate memory or several: kept for the owner to link '
+'(prme.resolve_correction) or dismiss. Nothing is counted against a memory until then.';
+
+CREATE INDEX correction_inbox_open_idx ON prme.correction_inbox (user_id, created_at)
+WHERE resolution IS NULL;
+
+CREATE FUNCTION prme._correction_tokens(message text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Runs are cut on the ASCII classes first and lower-cased after, so no
+    -- locale can turn another character into [a-z] (U+212A KELVIN SIGN lowers to k).
+    RETURN ARRAY(
+        SELECT DISTINCT lower(t.token)
+        FROM regexp_split_to_table(message, '[^A-Za-z0-9]+') AS t (token)
+        WHERE length(t.token) > 3
+        ORDER BY 1
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION prme._correction_tokens(text) IS
+'Internal: the token set of a text for correction linking: distinct lower-cased runs of [a-z0-9] longer than '
+'3 characters, sorted.';
+
+CREATE FUNCTION prme._token_overlap(a text[], b text[])
+RETURNS numeric
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_smaller integer := least(coalesce(cardinality(a), 0), coalesce(cardinality(b), 0));
+BEGIN
+    IF v_smaller = 0 THEN
+        RETURN 0;
+    END IF;
+    RETURN (SELECT count(*) FROM unnest(a) AS x (token) WHERE x.token = ANY(b))::numeric / v_smaller;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._token_overlap(text[], text[]) IS
+'Internal: |A ∩ B| / min(|A|, |B|) of two token sets (0 when either is empty). Matching compares exactly: '
+'100 * |A ∩ B| >= 45 * min(|A|, |B|).';
+
+CREATE FUNCTION prme.is_correction(message text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- Typographic apostrophes as ASCII, runs of blanks as one space, lower case.
+    v_text text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), '\s+', ' ', 'g'));
+    -- The start of the message, or of a sentence or clause within it.
+    v_start constant text := '(^|[.!?;:,] ?)\s*';
+BEGIN
+    RETURN
+        -- "don't …", "do not …", "never …", "always …", "stop …", optionally after "please"
+        v_text ~ (v_start || '(please )?(don''?t|do not|never|always|stop|quit)\M')
+        -- "no, …", "nope. …", "no - …"
+        OR v_text ~ (v_start || '(no|nope|nah)([,.!:;]| -)')
+        -- "actually …" opening a sentence
+        OR v_text ~ (v_start || '(well,? )?actually\M')
+        -- "prefer X over Y", "prefer X instead of Y", "prefer X rather than Y"
+        OR v_text ~ '\mprefers? \S.*\m(over|instead of|rather than)\M'
+        -- "you should never …", "I always …", "we never …"
+        OR v_text ~ '\m(you|i|we)( should| must| will)? (never|always)\M'
+        -- "that's wrong", "that is not right", "this is incorrect"
+        OR v_text ~ '\m(that|this|it)(''s| is| was) (wrong|incorrect|not (right|true|correct))\M'
+        -- "I said …", "I told you …" opening a sentence
+        OR v_text ~ (v_start || 'i (already )?(said|told you)\M');
+END;
+$$;
+
+COMMENT ON FUNCTION prme.is_correction(text) IS
+'True when a message uses explicit correction phrasing: "don''t …", "do not …", "no, …", "actually …", '
+'"stop …", "prefer X over Y", "never …"/"always …" (opening a sentence, or after you/I/we), "that''s wrong", '
+'"I told you …". A heuristic for routing messages to link_correction; it reads nothing.';
+
+CREATE FUNCTION prme.link_correction(
+    user_id text,
+    message text,
+    candidate_node_ids uuid[],
+    thread_id text DEFAULT NULL
+)
+RETURNS TABLE (status text, node_id uuid, outcome_id uuid, inbox_id uuid, matches jsonb)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(link_correction.user_id);
+    v_message text := prme._valid_content(link_correction.message);
+    v_thread_id text := prme._valid_ref('thread_id', link_correction.thread_id);
+    v_tokens text[];
+    v_matched uuid[];
+    v_node prme.nodes;
+    v_outcome prme.outcomes;
+    v_inbox_id uuid;
+BEGIN
+    IF link_correction.candidate_node_ids IS NULL
+       OR cardinality(link_correction.candidate_node_ids) > 1000
+       OR array_position(link_correction.candidate_node_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422', MESSAGE = 'candidate_node_ids must be an array of at most 1000 non-null ids';
+    END IF;
+    v_tokens := prme._correction_tokens(v_message);
+
+    -- Overlap of the message with every active candidate of this owner; the match
+    -- test is exact integer arithmetic: 100 * shared >= 45 * smaller.
+    SELECT
+        coalesce(array_agg(c.id ORDER BY c.shared::numeric / c.smaller DESC, c.id), '{}'),
+        coalesce(jsonb_agg(
+            jsonb_build_object('node_id', c.id, 'overlap', round(c.shared::numeric / c.smaller, 4))
+            ORDER BY c.shared::numeric / c.smaller DESC, c.id
+        ), '[]')
+    INTO v_matched, matches
+    FROM (
+        SELECT
+            n.id,
+            (SELECT count(*) FROM unnest(t.tokens) AS x (token) WHERE x.token = ANY(v_tokens)) AS shared,
+            least(cardinality(t.tokens), cardinality(v_tokens)) AS smaller
+        FROM prme.nodes AS n
+        CROSS JOIN LATERAL (SELECT prme._correction_tokens(n.content) AS tokens) AS t
+        WHERE n.user_id = v_user_id
+          AND n.id = ANY(link_correction.candidate_node_ids)
+          AND n.lifecycle_state = 'active'
+    ) AS c
+    WHERE c.smaller > 0 AND 100 * c.shared >= 45 * c.smaller;
+
+    IF cardinality(v_matched) = 1 THEN
+        -- Share-lock the one match and re-check it under the lock (it may have been
+        -- archived or contested since we read it).
+        SELECT n.* INTO v_node
+        FROM prme.nodes AS n
+        WHERE n.user_id = v_user_id AND n.id = v_matched[1]
+        FOR KEY SHARE;
+        IF v_node.lifecycle_state = 'active' THEN
+            v_outcome := prme._add_outcome(
+                v_user_id, v_node.id, 'explicit_correction', NULL, NULL, v_thread_id, v_message, NULL,
+                'link_correction', v_node.version, now()
+            );
+            status := 'linked';
+            node_id := v_node.id;
+            outcome_id := v_outcome.id;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        v_matched := '{}';
+        matches := '[]';
+    END IF;
+
+    v_inbox_id := gen_random_uuid();
+    INSERT INTO prme.correction_inbox (
+        user_id, id, message, thread_id, candidate_node_ids, matched_node_ids, reason, created_at
+    ) VALUES (
+        v_user_id, v_inbox_id, v_message, v_thread_id, link_correction.candidate_node_ids, v_matched,
+        CASE WHEN cardinality(v_matched) >= 2 THEN 'ambiguous' ELSE 'no_match' END, now()
+    );
+    status := CASE WHEN cardinality(v_matched) >= 2 THEN 'ambiguous' ELSE 'unmatched' END;
+    inbox_id := v_inbox_id;
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.link_correction(text, text, uuid[], text) IS
+'Links a correction message of user_id to the one candidate memory it overlaps (token overlap >= 0.45 over '
+'active candidates; see docs/MAINTENANCE.md): status linked with the explicit_correction outcome appended, or '
+'unmatched / ambiguous with the message put in the correction inbox and nothing appended. matches lists the '
+'matching candidates with their overlap. PR422 for an empty message or more than 1000 candidates.';
+
+CREATE FUNCTION prme.list_correction_inbox(
+    user_id text,
+    include_resolved boolean DEFAULT FALSE,
+    max_count integer DEFAULT 100
+)
+RETURNS SETOF prme.correction_inbox
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(list_correction_inbox.user_id);
+BEGIN
+    IF list_correction_inbox.max_count IS NULL OR list_correction_inbox.max_count NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 10000';
+    END IF;
+    RETURN QUERY
+    SELECT i.*
+    FROM prme.correction_inbox AS i
+    WHERE i.user_id = v_user_id
+      AND (i.resolution IS NULL OR coalesce(list_correction_inbox.include_resolved, FALSE))
+    ORDER BY i.created_at, i.id
+    LIMIT list_correction_inbox.max_count;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.list_correction_inbox(text, boolean, integer) IS
+'The correction inbox of user_id, oldest first: open entries, or all with include_resolved. max_count is 1..10000.';
+
+CREATE FUNCTION prme.resolve_correction(user_id text, inbox_id uuid, node_id uuid DEFAULT NULL)
+RETURNS prme.correction_inbox
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(resolve_correction.user_id);
+    v_entry prme.correction_inbox;
+    v_node prme.nodes;
+    v_outcome prme.outcomes;
+BEGIN
+    IF resolve_correction.inbox_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'inbox_id must not be null';
+    END IF;
+    SELECT i.* INTO v_entry
+    FROM prme.correction_inbox AS i
+    WHERE i.user_id = v_user_id AND i.id = resolve_correction.inbox_id
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'inbox entry not found';
+    END IF;
+
+    -- Resolving again the same way is a no-op that returns the entry; any other
+    -- resolution of a resolved entry is a conflict.
+    IF v_entry.resolution IS NOT NULL THEN
+        IF v_entry.resolved_node_id IS NOT DISTINCT FROM resolve_correction.node_id THEN
+            RETURN v_entry;
+        END IF;
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR409',
+            MESSAGE = 'inbox entry was already resolved otherwise',
+            DETAIL = format('resolution %s', v_entry.resolution);
+    END IF;
+
+    IF resolve_correction.node_id IS NOT NULL THEN
+        SELECT n.* INTO v_node
+        FROM prme.nodes AS n
+        WHERE n.user_id = v_user_id AND n.id = resolve_correction.node_id
+        FOR KEY SHARE;
+        IF NOT FOUND OR v_node.lifecycle_state = 'archived' THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
+        END IF;
+        v_outcome := prme._add_outcome(
+            v_user_id, v_node.id, 'explicit_correction', NULL, NULL, v_entry.thread_id, v_entry.message, NULL,
+            'resolve_correction', v_node.version, now()
+        );
+        v_entry.resolution := 'linked';
+        v_entry.resolved_node_id := v_node.id;
+        v_entry.outcome_id := v_outcome.id;
+    ELSE
+        v_entry.resolution := 'dismissed';
+    END IF;
+    v_entry.resolved_at := now();
+
+    UPDATE prme.correction_inbox AS i SET
+        resolution = v_entry.resolution,
+        resolved_node_id = v_entry.resolved_node_id,
+        outcome_id = v_entry.outcome_id,
+        resolved_at = v_entry.resolved_at
+    WHERE i.user_id = v_user_id AND i.id = v_entry.id;
+    RETURN v_entry;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.resolve_correction(text, uuid, uuid) IS
+'Resolves a correction inbox entry of user_id: with node_id, appends the explicit_correction outcome to that '
+'memory (any non-archived memory of the owner, else PR404) and marks the entry linked; without, dismisses it. '
+'Repeating the same resolution returns the entry unchanged; a different one raises PR409.';
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+GRANT EXECUTE ON FUNCTION prme.is_correction(text) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.link_correction(text, text, uuid[], text) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.list_correction_inbox(text, boolean, integer) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.resolve_correction(text, uuid, uuid) TO prme_app;
+ALTER TABLE prme.correction_inbox ENABLE ROW LEVEL SECURITY;

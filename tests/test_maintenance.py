@@ -1,0 +1,444 @@
+"""Outcomes, correction linking and maintenance patches under real concurrency.
+
+Each racing call runs on its own connection, released together by a barrier:
+what is tested is PostgreSQL's row locks, the request_keys primary key and the
+op row locks of prme.apply_patch, not anything in Python. The rules themselves
+are proven by tests/pgtap/test_outcomes.sql and test_maintenance.sql.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.rows import dict_row
+
+THREADS = 16
+T = TypeVar("T")
+Row = dict[str, Any]
+
+
+def _race(dsn: str, calls: list[Callable[[psycopg.Connection[Any]], T]]) -> list[T | BaseException]:
+    """Run each call on its own connection, all released at once by a barrier."""
+    results: list[T | BaseException] = [RuntimeError("did not run")] * len(calls)
+    barrier = threading.Barrier(len(calls))
+
+    def worker(i: int) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            barrier.wait(30)
+            try:
+                results[i] = calls[i](conn)
+            except BaseException as exc:  # recorded for the assertions
+                results[i] = exc
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive(), "a racing call hung"
+    return results
+
+
+def _rows(conn: psycopg.Connection[Any], query: str, *args: Any) -> list[Row]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query, args).fetchall()
+
+
+def _one(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
+    row = conn.execute(query, args).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _add_node(
+    conn: psycopg.Connection[Any], user_id: str = "alice", content: str = "prefers tabs", **kw: Any
+) -> uuid.UUID:
+    named = "".join(f", {k} => %({k})s" for k in kw)
+    row = conn.execute(
+        f"SELECT id FROM prme.add_node(user_id => %(user_id)s, content => %(content)s{named})",
+        {"user_id": user_id, "content": content, **kw},
+    ).fetchone()
+    assert row is not None
+    return uuid.UUID(str(row[0]))
+
+
+def _record(
+    node_id: uuid.UUID, outcome: str, request_id: uuid.UUID | None = None, notes: str | None = None
+) -> Callable[[psycopg.Connection[Any]], Row]:
+    def call(conn: psycopg.Connection[Any]) -> Row:
+        return _rows(
+            conn,
+            "SELECT * FROM prme.record_outcome(user_id => 'alice', node_id => %s, outcome => %s, notes => %s,"
+            " request_id => %s)",
+            node_id,
+            outcome,
+            notes,
+            request_id,
+        )[0]
+
+    return call
+
+
+def _reinforce(node_id: uuid.UUID, request_id: uuid.UUID | None) -> Callable[[psycopg.Connection[Any]], Row]:
+    def call(conn: psycopg.Connection[Any]) -> Row:
+        return _rows(conn, "SELECT * FROM prme.reinforce(%s, 'alice', request_id => %s)", node_id, request_id)[0]
+
+    return call
+
+
+def _apply(patch_id: uuid.UUID, op_ids: list[str] | None, mode: str) -> Callable[[psycopg.Connection[Any]], list[Row]]:
+    def call(conn: psycopg.Connection[Any]) -> list[Row]:
+        return _rows(conn, "SELECT * FROM prme.apply_patch('alice', %s, %s, %s)", patch_id, op_ids, mode)
+
+    return call
+
+
+def _assert_sound(conn: psycopg.Connection[Any], user_id: str = "alice") -> None:
+    """Journal verifies, every node replays, the bookkeeping equals a rebuild from nodes and events."""
+    assert _rows(conn, "SELECT * FROM prme.verify_journal(%s)", user_id) == []
+    assert (
+        _rows(
+            conn,
+            "SELECT n.id FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
+            " WHERE n.user_id = %s AND NOT r.matches",
+            user_id,
+        )
+        == []
+    )
+    # A set-based rebuild of the bookkeeping (mirror and running totals) from the
+    # nodes and the outcome events finds nothing to change.
+    with conn.transaction(force_rollback=True):
+        assert _one(conn, "SELECT prme._rebuild_node_maintenance(%s)", user_id) == 0
+
+
+# ---------------------------------------------------------------------------
+# record_outcome idempotency
+# ---------------------------------------------------------------------------
+
+
+def test_same_key_from_16_connections_records_once(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    key = uuid.uuid4()
+    results = _race(db_dsn, [_record(node_id, "implicit_success", key)] * THREADS)
+
+    rows = [r for r in results if isinstance(r, dict)]
+    assert len(rows) == THREADS, results
+    assert sum(not r["replayed"] for r in rows) == 1
+    assert len({r["id"] for r in rows}) == 1, "every replay returns the one stored outcome"
+    assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE node_id = %s", node_id) == 1
+    assert _one(conn, "SELECT implicit_successes FROM prme.node_maintenance WHERE node_id = %s", node_id) == 1
+    assert _one(conn, "SELECT count(*) FROM prme.request_keys WHERE request_id = %s", key) == 1
+    _assert_sound(conn)
+
+
+def test_same_key_raced_with_different_arguments_binds_one(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    key = uuid.uuid4()
+    calls = [_record(node_id, "implicit_success", key, notes=f"variant {i % 2}") for i in range(THREADS)]
+    results = _race(db_dsn, calls)
+
+    stored = _rows(conn, "SELECT id, notes FROM prme.outcomes WHERE node_id = %s", node_id)
+    assert len(stored) == 1
+    winner_notes = stored[0]["notes"]
+    for i, result in enumerate(results):
+        if f"variant {i % 2}" == winner_notes:
+            assert isinstance(result, dict), result
+            assert result["id"] == stored[0]["id"]
+        else:
+            assert isinstance(result, psycopg.Error) and result.sqlstate == "PR409", result
+    assert sum(isinstance(r, dict) and not r["replayed"] for r in results) == 1
+
+
+def test_reinforce_and_record_outcome_share_one_key_space(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    key = uuid.uuid4()
+    calls: list[Callable[[psycopg.Connection[Any]], Row]] = [
+        _reinforce(node_id, key) if i % 2 else _record(node_id, "explicit_reinforcement", key) for i in range(THREADS)
+    ]
+    results = _race(db_dsn, calls)
+
+    operation = _one(conn, "SELECT operation FROM prme.request_keys WHERE request_id = %s", key)
+    winners = [i for i, r in enumerate(results) if isinstance(r, dict) and not r["replayed"]]
+    assert len(winners) == 1
+    for i, result in enumerate(results):
+        same_operation = (i % 2 == 1) == (operation == "reinforce")
+        if same_operation:
+            assert isinstance(result, dict), result
+        else:
+            assert isinstance(result, psycopg.Error) and result.sqlstate == "PR409", result
+    # Either way the key produced exactly one explicit_reinforcement event.
+    events = _rows(conn, "SELECT outcome, recorded_by FROM prme.outcomes WHERE node_id = %s", node_id)
+    assert events == [{"outcome": "explicit_reinforcement", "recorded_by": operation}]
+    assert _one(conn, "SELECT version FROM prme.nodes WHERE id = %s", node_id) == (2 if operation == "reinforce" else 1)
+    _assert_sound(conn)
+
+
+def test_distinct_keys_all_count(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    outcomes = ["explicit_reinforcement", "implicit_success", "neutral_exposure", "explicit_correction"]
+    calls = [_record(node_id, outcomes[i % 4], uuid.uuid4()) for i in range(THREADS)]
+    results = _race(db_dsn, calls)
+
+    assert all(isinstance(r, dict) and not r["replayed"] for r in results), results
+    summary = _rows(conn, "SELECT * FROM prme.outcome_summary('alice', %s)", node_id)[0]
+    assert (summary["explicit_reinforcements"], summary["implicit_successes"]) == (4, 4)
+    assert (summary["neutral_exposures"], summary["explicit_corrections"]) == (4, 4)
+    assert summary["score"] == Decimal("0.8")
+    assert summary["suggested_stability"] == "low"
+    _assert_sound(conn)
+
+
+def test_reinforce_appends_one_outcome_per_applied_call(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    key = uuid.uuid4()
+    _race(db_dsn, [_reinforce(node_id, key)] * THREADS)
+    assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE node_id = %s", node_id) == 1
+
+    _race(db_dsn, [_reinforce(node_id, uuid.uuid4()) for _ in range(THREADS)])
+    versions = [
+        r["node_version"]
+        for r in _rows(conn, "SELECT node_version FROM prme.outcomes WHERE node_id = %s ORDER BY 1", node_id)
+    ]
+    assert versions == list(range(2, 2 + 1 + THREADS)), "one event per applied reinforce, at the version it made"
+    _assert_sound(conn)
+
+
+def test_aborted_record_outcome_leaves_no_key_and_no_event(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    node_id = _add_node(conn)
+    key = uuid.uuid4()
+    with psycopg.connect(db_dsn) as tx:
+        assert not _record(node_id, "implicit_success", key)(tx)["replayed"]
+        tx.rollback()
+    assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE node_id = %s", node_id) == 0
+    assert _one(conn, "SELECT implicit_successes FROM prme.node_maintenance WHERE node_id = %s", node_id) == 0
+    assert not _record(node_id, "implicit_success", key)(conn)["replayed"], "the key must not survive the rollback"
+
+
+# ---------------------------------------------------------------------------
+# Patches
+# ---------------------------------------------------------------------------
+
+
+def _maintenance_fixture(conn: psycopg.Connection[Any], nodes: int = 6) -> list[uuid.UUID]:
+    """Memories that each get a decay op, a stability op and (stable ones) mark_contested."""
+    ids = []
+    for i in range(nodes):
+        stability = ["low", "semi-stable", "stable"][i % 3]
+        node_id = _add_node(
+            conn,
+            content=f"memory {i}",
+            stability=stability,
+            confidence_base=Decimal("0.9"),
+            next_review_at=conn.execute("SELECT now() - interval '100 days'").fetchone()[0],  # type: ignore[index]
+        )
+        outcome = "explicit_correction" if i % 2 else "explicit_reinforcement"
+        for _ in range(2):
+            _record(node_id, outcome)(conn)
+        ids.append(node_id)
+    return ids
+
+
+def _patch(conn: psycopg.Connection[Any], as_of: str = "now()") -> tuple[uuid.UUID, list[dict[str, Any]]]:
+    row = _rows(conn, f"SELECT patch_id, ops FROM prme.maintenance_patch('alice', {as_of})")[0]
+    return row["patch_id"], row["ops"]
+
+
+def test_one_patch_applied_16_times_concurrently_applies_each_op_once(
+    conn: psycopg.Connection[Any], db_dsn: str
+) -> None:
+    _maintenance_fixture(conn)
+    patch_id, ops = _patch(conn)
+    op_ids = [op["op_id"] for op in ops]
+    assert {op["op"] for op in ops} == {"decay_confidence", "update_stability", "mark_contested"}
+    versions_before = dict(conn.execute("SELECT id, version FROM prme.nodes WHERE user_id = 'alice'").fetchall())
+
+    # Half the callers select every op by hand, half run auto mode.
+    calls = [_apply(patch_id, op_ids, "manual") if i % 2 else _apply(patch_id, None, "auto") for i in range(THREADS)]
+    results = _race(db_dsn, calls)
+    assert all(isinstance(r, list) for r in results), results
+
+    applied = Counter(row["op_id"] for r in results if isinstance(r, list) for row in r if row["status"] == "applied")
+    assert applied == Counter(op_ids), "each op applied exactly once across 16 concurrent applies"
+    assert all(row["status"] in ("applied", "already_applied") for r in results if isinstance(r, list) for row in r), (
+        "no op was stale: ops of one memory do not invalidate each other"
+    )
+
+    per_node = Counter(op["target"]["node_id"] for op in ops)
+    versions_after = dict(conn.execute("SELECT id, version FROM prme.nodes WHERE user_id = 'alice'").fetchall())
+    for node_id, before in versions_before.items():
+        assert versions_after[node_id] == before + per_node[str(node_id)], "one version (one record) per op"
+    maintenance_records = _one(
+        conn, "SELECT count(*) FROM prme.journal WHERE user_id = 'alice' AND op <> 'create' AND op <> 'reinforce'"
+    )
+    assert maintenance_records == len(op_ids)
+    assert _one(conn, "SELECT count(*) FROM prme.patch_ops WHERE patch_id = %s AND applied_at IS NULL", patch_id) == 0
+    _assert_sound(conn)
+
+
+def test_two_patches_of_one_cycle_applied_concurrently_decay_once(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    ids = _maintenance_fixture(conn, nodes=4)
+    first, first_ops = _patch(conn)
+    second, second_ops = _patch(conn)
+    decays = [op for op in first_ops if op["op"] == "decay_confidence"]
+    assert len(decays) == len(ids)
+    assert [op["updates"] for op in decays] == [op["updates"] for op in second_ops if op["op"] == "decay_confidence"], (
+        "both patches propose the same decay for this cycle"
+    )
+
+    results = _race(db_dsn, [_apply(first if i % 2 else second, None, "auto") for i in range(THREADS)])
+    assert all(isinstance(r, list) for r in results), results
+
+    # Each memory decayed by exactly one proposal: the other is stale or already applied.
+    for op in decays:
+        node_id = op["target"]["node_id"]
+        expected = Decimal(str(op["updates"]["confidence_base"]["to"]))
+        assert _one(conn, "SELECT confidence_base FROM prme.nodes WHERE id = %s", node_id) == expected
+        assert (
+            _one(conn, "SELECT count(*) FROM prme.journal WHERE node_id = %s AND op = 'decay_confidence'", node_id) == 1
+        )
+    statuses = Counter(row["status"] for r in results if isinstance(r, list) for row in r)
+    assert statuses["applied"] == len(decays) + sum(op["recommendation"] == "increase_stability" for op in first_ops)
+    third, third_ops = _patch(conn)
+    assert [op for op in third_ops if op["op"] == "decay_confidence"] == [], "nothing left to decay this cycle"
+    assert _rows(conn, "SELECT * FROM prme.apply_patch('alice', %s, NULL, 'auto')", third) == []
+    _assert_sound(conn)
+
+
+def test_decay_is_charged_once_per_cycle_as_time_passes(conn: psycopg.Connection[Any]) -> None:
+    """Patches as of earlier times stand in for maintenance runs in the past."""
+    node_id = _add_node(
+        conn,
+        confidence_base=Decimal("0.9"),
+        next_review_at=conn.execute("SELECT now() - interval '20 days'").fetchone()[0],  # type: ignore[index]
+    )
+    due = _one(conn, "SELECT next_review_at FROM prme.nodes WHERE id = %s", node_id)
+
+    def run(offset: str) -> list[tuple[str, str]]:
+        patch_id = _rows(conn, "SELECT patch_id FROM prme.maintenance_patch('alice', %s + %s::interval)", due, offset)[
+            0
+        ]["patch_id"]
+        return [(r["op"], r["status"]) for r in _apply(patch_id, None, "auto")(conn)]
+
+    def confidence() -> Decimal:
+        return Decimal(_one(conn, "SELECT confidence_base FROM prme.nodes WHERE id = %s", node_id))
+
+    # low: 7-day cycles, the first due at next_review_at.
+    assert run("0") == [("decay_confidence", "applied")]  # cycle 1
+    assert confidence() == Decimal("0.75")
+    assert run("1 day") == []  # still cycle 1
+    assert run("7 days -1 microsecond") == []  # a microsecond short of cycle 2
+    assert run("7 days") == [("decay_confidence", "applied")]  # cycle 2
+    assert run("0") == []  # an older run decays nothing
+    assert run("20 days") == [("decay_confidence", "applied")]  # cycle 3 (20 days = 2 full cadences)
+    assert run("20 days") == []
+    assert confidence() == Decimal("0.45")
+    assert _one(conn, "SELECT decay_cycles FROM prme.node_maintenance WHERE node_id = %s", node_id) == 3
+    assert _one(conn, "SELECT count(*) FROM prme.journal WHERE node_id = %s AND op = 'decay_confidence'", node_id) == 3
+
+    # A review resets the cadence: nothing more is due.
+    conn.execute("SELECT prme.mark_reviewed('alice', %s)", (node_id,))
+    assert run("20 days") == []
+    _assert_sound(conn)
+
+
+def test_aborted_apply_leaves_the_op_pending(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    _maintenance_fixture(conn, nodes=1)
+    patch_id, ops = _patch(conn)
+    with psycopg.connect(db_dsn) as tx:
+        rows = _apply(patch_id, [ops[0]["op_id"]], "manual")(tx)
+        assert rows[0]["status"] == "applied"
+        tx.rollback()
+    assert (
+        _one(conn, "SELECT count(*) FROM prme.patch_ops WHERE patch_id = %s AND applied_at IS NOT NULL", patch_id) == 0
+    )
+    assert _apply(patch_id, [ops[0]["op_id"]], "manual")(conn)[0]["status"] == "applied"
+    _assert_sound(conn)
+
+
+def test_review_and_outcomes_racing_leave_consistent_state(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    """mark_reviewed settles exactly the outcomes committed before it: the report counts the rest."""
+    node_id = _add_node(conn, stability="stable")
+
+    def review(c: psycopg.Connection[Any]) -> Row:
+        return _rows(c, "SELECT * FROM prme.mark_reviewed('alice', %s)", node_id)[0]
+
+    calls: list[Callable[[psycopg.Connection[Any]], Row]] = [
+        review if i % 4 == 0 else _record(node_id, "explicit_correction") for i in range(THREADS)
+    ]
+    results = _race(db_dsn, calls)
+    assert all(isinstance(r, dict) for r in results), results
+
+    total, settled = conn.execute(
+        "SELECT explicit_corrections, reviewed_explicit_corrections FROM prme.node_maintenance WHERE node_id = %s",
+        (node_id,),
+    ).fetchone() or (None, None)
+    assert total == THREADS - THREADS // 4
+    report = _rows(conn, "SELECT * FROM prme.maintenance_report('alice') WHERE 'review_memory' = ANY(recommendations)")
+    assert [r["explicit_corrections"] for r in report] == ([total - settled] if total > settled else [])
+    _assert_sound(conn)
+
+
+# ---------------------------------------------------------------------------
+# Correction linking: the SQL definition against a Python reference
+# ---------------------------------------------------------------------------
+
+
+def _tokens(text: str) -> set[str]:
+    return {t.lower() for t in re.split(r"[^A-Za-z0-9]+", text) if len(t) > 3}
+
+
+WORDS = st.sampled_from(["tabs", "spaces", "python", "alice", "Coffee", "morning", "the", "in", "x1234", "uses"])
+TEXTS = st.lists(WORDS, min_size=0, max_size=8).map(" ".join)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(message=TEXTS, contents=st.lists(TEXTS.filter(lambda s: s.strip() != ""), min_size=1, max_size=4))
+def test_link_correction_follows_its_definition(
+    conn: psycopg.Connection[Any], message: str, contents: list[str]
+) -> None:
+    message = message + " !"  # never blank
+    user = f"hyp_{uuid.uuid4().hex[:8]}"
+    ids = [_add_node(conn, user_id=user, content=c) for c in contents]
+    a = _tokens(message)
+    expected = [
+        node_id
+        for node_id, content in zip(ids, contents, strict=True)
+        if (b := _tokens(content)) and a and 100 * len(a & b) >= 45 * min(len(a), len(b))
+    ]
+    row = _rows(conn, "SELECT * FROM prme.link_correction(%s, %s, %s)", user, message, ids)[0]
+    assert sorted(uuid.UUID(m["node_id"]) for m in row["matches"]) == sorted(expected)
+    if len(expected) == 1:
+        assert row["status"] == "linked" and row["node_id"] == expected[0]
+    else:
+        assert row["status"] == ("ambiguous" if expected else "unmatched")
+        assert row["inbox_id"] is not None
+    events = _one(conn, "SELECT count(*) FROM prme.outcomes WHERE user_id = %s", user)
+    assert events == (1 if len(expected) == 1 else 0)
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("Don't put my meetings before 10", True),
+        ("no, the flight is on Tuesday", True),
+        ("Actually it's Sam, not Samuel", True),
+        ("I prefer aisle seats over window seats", True),
+        ("stop summarising my emails", True),
+        ("Always cc my assistant", True),
+        ("Book the usual hotel please", False),
+        ("What did I say about the budget?", False),
+        ("Nothing else for today", False),
+    ],
+)
+def test_is_correction(conn: psycopg.Connection[Any], message: str, expected: bool) -> None:
+    assert _one(conn, "SELECT prme.is_correction(%s)", message) is expected
