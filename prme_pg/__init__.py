@@ -7,13 +7,15 @@ migrations and offers typed clients, a CLI and an HTTP API around them.
 from .aio import AsyncMemoryClient
 from .backends.duckdb import PackInUseError
 from .client import MemoryClient
-from .errors import IdempotencyConflict, InvalidInput, MigrationError, NotFoundError, PrmeError
-from .models import Event, JournalIssue, Node, ReplayResult
+from .errors import IdempotencyConflict, IntegrityError, InvalidInput, MigrationError, NotFoundError, PrmeError
+from .models import AssembledPrompt, Event, JournalIssue, Node, PublishResult, RecallHit, ReplayResult, Snapshot
 
 __all__ = [
+    "AssembledPrompt",
     "AsyncMemoryClient",
     "Event",
     "IdempotencyConflict",
+    "IntegrityError",
     "InvalidInput",
     "JournalIssue",
     "MemoryClient",
@@ -22,7 +24,10 @@ __all__ = [
     "NotFoundError",
     "PackInUseError",
     "PrmeError",
+    "PublishResult",
+    "RecallHit",
     "ReplayResult",
+    "Snapshot",
 ]
 
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ commit a moment later), and a retry with the same ``request_id`` is then a repla
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from types import TracebackType
@@ -27,8 +27,11 @@ from .backends import (
     AsyncBackend,
     AuthenticateApiToken,
     CreateApiToken,
+    CurrentSnapshot,
     GetNode,
+    GetSnapshot,
     JournalRecords,
+    PublishSnapshot,
     Readiness,
     ReplayNode,
     RevokeApiToken,
@@ -41,14 +44,27 @@ from .client import (
     Target,
     add_event_request,
     add_node_request,
+    assemble_prompt_request,
     check_pack_options,
     check_page_size,
     list_nodes_request,
     parse_uuid,
+    recall_request,
     reinforce_request,
 )
 from .journal import verify_records
-from .models import Event, JournalIssue, JournalRecord, Node, NodeHead, ReplayResult
+from .models import (
+    AssembledPrompt,
+    Event,
+    JournalIssue,
+    JournalRecord,
+    Node,
+    NodeHead,
+    PublishResult,
+    RecallHit,
+    ReplayResult,
+    Snapshot,
+)
 from .tokens import new_token, parse_token, token_sha256
 
 __all__ = ["AsyncMemoryClient"]
@@ -250,3 +266,49 @@ class AsyncMemoryClient:
         """Whether the database accepts writes, and its applied migrations as ``version:sha256``
         (PostgreSQL only)."""
         return await self._backend.execute(Readiness())
+
+    # -- recall and snapshots (PostgreSQL only) --
+
+    async def recall(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str,
+        scopes: str | Iterable[str] | None = None,
+        max_count: int = 10,
+        as_of: datetime | None = None,
+    ) -> list[RecallHit]:
+        """Memories of ``user_id`` matching ``query``, best first (PostgreSQL only)."""
+        return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+
+    async def publish_snapshot(
+        self,
+        scope: str,
+        *,
+        user_id: str,
+        max_items: int = 100,
+        max_bytes: int = 65536,
+        expected_generation_id: str | None = None,
+    ) -> PublishResult:
+        """Publish the current generation of ``scope`` (PostgreSQL only)."""
+        return await self._backend.execute(
+            PublishSnapshot(
+                user_id=user_id,
+                scope=scope,
+                max_items=max_items,
+                max_bytes=max_bytes,
+                expected_generation_id=expected_generation_id,
+            )
+        )
+
+    async def current_snapshot(self, scope: str, *, user_id: str) -> Snapshot:
+        """The current generation of ``scope``, verified (PostgreSQL only)."""
+        return await self._backend.execute(CurrentSnapshot(user_id=user_id, scope=scope))
+
+    async def get_snapshot(self, scope: str, generation_id: str, *, user_id: str) -> Snapshot:
+        """One generation of ``scope`` by id, verified (PostgreSQL only)."""
+        return await self._backend.execute(GetSnapshot(user_id=user_id, scope=scope, generation_id=generation_id))
+
+    async def assemble_prompt(self, scopes: str | Iterable[str], *, user_id: str, budget_bytes: int) -> AssembledPrompt:
+        """Prompt text from the current generation of each scope, within ``budget_bytes`` (PostgreSQL only)."""
+        return await self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))

@@ -8,6 +8,7 @@ Exit codes: 0 ok, 1 failure, 2 usage.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -185,6 +186,69 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_recall(args: argparse.Namespace, console: Console) -> int:
+    from .client import MemoryClient
+
+    dsn = _require_dsn(args)
+    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+        hits = memory.recall(args.query, user_id=args.user, scopes=args.scope or None, max_count=args.limit)
+    if args.json:
+        _print_json({"hits": [dataclasses.asdict(hit) for hit in hits]})
+    else:
+        table = Table(title=f"recall for {args.user}")
+        for column in ("rank", "score", "scope", "content"):
+            table.add_column(column)
+        for hit in hits:
+            table.add_row(str(hit.rank), f"{hit.score:.4f}", hit.scope, hit.content)
+        console.print(table)
+        console.print(f"{len(hits)} memor{'y' if len(hits) == 1 else 'ies'}")
+    return EXIT_OK
+
+
+def cmd_snapshot_publish(args: argparse.Namespace, console: Console) -> int:
+    from .client import MemoryClient
+
+    dsn = _require_dsn(args)
+    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+        result = memory.publish_snapshot(
+            args.scope,
+            user_id=args.user,
+            max_items=args.max_items,
+            max_bytes=args.max_bytes,
+            expected_generation_id=args.expect,
+        )
+    if args.json:
+        _print_json(dataclasses.asdict(result))
+    else:
+        state = "published" if result.advanced else "unchanged (already current)"
+        console.print(
+            f"{state}: generation {result.generation_id} (seq {result.seq}, "
+            f"{result.item_count} items, {result.byte_size} bytes)"
+        )
+    return EXIT_OK
+
+
+def cmd_snapshot_show(args: argparse.Namespace, console: Console) -> int:
+    from .client import MemoryClient
+
+    dsn = _require_dsn(args)
+    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+        snapshot = memory.current_snapshot(args.scope, user_id=args.user)
+    if args.json:
+        _print_json({**dataclasses.asdict(snapshot), "document": json.loads(snapshot.document)})
+    else:
+        table = Table(title=f"snapshot {args.scope} of {args.user}")
+        table.add_column("field")
+        table.add_column("value")
+        for name in ("generation_id", "seq", "item_count", "byte_size", "created_at", "advanced_at"):
+            table.add_row(name, str(getattr(snapshot, name)))
+        console.print(table)
+        items = json.loads(snapshot.document).get("items", [])
+        for item in items:
+            console.print(f"- {item.get('content', '')}", markup=False, highlight=False)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prme-pg",
@@ -239,6 +303,31 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker", default=None, help="name shown in receipts (default host:pid)")
     worker.add_argument("--batch", type=int, default=100, help="operations per transaction (1..1000)")
     worker.add_argument("--until-idle", action="store_true", help="exit when there is nothing left to do")
+
+    recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
+    add_dsn(recall)
+    recall.add_argument("query", help="words to look for (blank: rank every memory by strength)")
+    recall.add_argument("--user", required=True, help="the owner (user_id)")
+    recall.add_argument("--scope", action="append", help="only this scope (repeatable; default all)")
+    recall.add_argument("--limit", type=int, default=10, help="at most this many (1..1000, default 10)")
+
+    snapshot = add("snapshot", "Publish or show a scope's snapshot generation.", lambda a, c: _usage(snapshot))
+    snapshot_sub = snapshot.add_subparsers(dest="snapshot_command", metavar="ACTION")
+    publish = snapshot_sub.add_parser("publish", help="publish the current generation of a scope")
+    publish.set_defaults(handler=cmd_snapshot_publish)
+    add_dsn(publish)
+    publish.add_argument("--user", required=True, help="the owner (user_id)")
+    publish.add_argument("--scope", required=True, help="the scope to publish")
+    publish.add_argument("--max-items", type=int, default=100, help="items at most (1..10000, default 100)")
+    publish.add_argument("--max-bytes", type=int, default=65536, help="document bytes at most (default 65536)")
+    publish.add_argument(
+        "--expect", default=None, help="publish only if this generation id (or 'none') is current; exit 1 otherwise"
+    )
+    show = snapshot_sub.add_parser("show", help="show the current generation of a scope")
+    show.set_defaults(handler=cmd_snapshot_show)
+    add_dsn(show)
+    show.add_argument("--user", required=True, help="the owner (user_id)")
+    show.add_argument("--scope", required=True, help="the scope to show")
     return parser
 
 

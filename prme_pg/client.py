@@ -18,7 +18,7 @@ engine validates everything else, with the same rules on both backends.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from types import TracebackType
@@ -32,12 +32,17 @@ from .backends import (
     AddEvent,
     AddNode,
     ArchiveNode,
+    AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
+    CurrentSnapshot,
     GetNode,
+    GetSnapshot,
     JournalRecords,
     ListNodes,
+    PublishSnapshot,
     Readiness,
+    Recall,
     Reinforce,
     ReplayNode,
     RevokeApiToken,
@@ -48,7 +53,18 @@ from .backends.duckdb import DEFAULT_PATH, DuckDBBackend
 from .backends.postgres import PostgresBackend, is_dsn
 from .errors import InvalidInput
 from .journal import verify_records
-from .models import Event, JournalIssue, JournalRecord, Node, NodeHead, ReplayResult
+from .models import (
+    AssembledPrompt,
+    Event,
+    JournalIssue,
+    JournalRecord,
+    Node,
+    NodeHead,
+    PublishResult,
+    RecallHit,
+    ReplayResult,
+    Snapshot,
+)
 from .tokens import new_token, parse_token, token_sha256
 
 __all__ = ["MemoryClient", "Target"]
@@ -174,6 +190,32 @@ def list_nodes_request(
         after_node_id=parse_optional_uuid("after_node_id", after_node_id),
         max_count=max_count,
     )
+
+
+def parse_scopes(argument: str, scopes: str | Iterable[str]) -> tuple[str, ...]:
+    """Scopes as a tuple; one string is one scope (not its characters)."""
+    if isinstance(scopes, str):
+        return (scopes,)
+    try:
+        return tuple(scopes)
+    except TypeError:
+        raise InvalidInput(f"{argument} must be a list of scope names, got {scopes!r}") from None
+
+
+def recall_request(
+    query: str | None, user_id: str, scopes: str | Iterable[str] | None, max_count: int, as_of: datetime | None
+) -> Recall:
+    return Recall(
+        user_id=user_id,
+        query=query,
+        scopes=None if scopes is None else parse_scopes("scopes", scopes),
+        max_count=max_count,
+        as_of=parse_time("as_of", as_of),
+    )
+
+
+def assemble_prompt_request(scopes: str | Iterable[str], user_id: str, budget_bytes: int) -> AssemblePrompt:
+    return AssemblePrompt(user_id=user_id, scopes=parse_scopes("scopes", scopes), budget_bytes=budget_bytes)
 
 
 def check_page_size(page_size: int) -> int:
@@ -399,6 +441,62 @@ class MemoryClient:
         """Whether the database accepts writes, and its applied migrations as ``version:sha256``
         (PostgreSQL only)."""
         return self._backend.execute(Readiness())
+
+    # -- recall and snapshots (PostgreSQL only; docs/RECALL.md, docs/SNAPSHOTS.md) --
+
+    def recall(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str,
+        scopes: str | Iterable[str] | None = None,
+        max_count: int = 10,
+        as_of: datetime | None = None,
+    ) -> list[RecallHit]:
+        """Memories of ``user_id`` matching ``query``, best first (``prme.recall``; PostgreSQL only).
+
+        A ``None`` or blank query ranks every memory by strength alone; ``scopes``
+        (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
+        """
+        return self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+
+    def publish_snapshot(
+        self,
+        scope: str,
+        *,
+        user_id: str,
+        max_items: int = 100,
+        max_bytes: int = 65536,
+        expected_generation_id: str | None = None,
+    ) -> PublishResult:
+        """Publish the current generation of ``scope`` (``prme.publish_snapshot``; PostgreSQL only).
+
+        With ``expected_generation_id`` (or ``"none"`` for a never-published scope), a
+        different current generation raises :class:`IdempotencyConflict` (PR409).
+        """
+        return self._backend.execute(
+            PublishSnapshot(
+                user_id=user_id,
+                scope=scope,
+                max_items=max_items,
+                max_bytes=max_bytes,
+                expected_generation_id=expected_generation_id,
+            )
+        )
+
+    def current_snapshot(self, scope: str, *, user_id: str) -> Snapshot:
+        """The current generation of ``scope``, verified; :class:`NotFoundError` if never published
+        (PostgreSQL only)."""
+        return self._backend.execute(CurrentSnapshot(user_id=user_id, scope=scope))
+
+    def get_snapshot(self, scope: str, generation_id: str, *, user_id: str) -> Snapshot:
+        """One generation of ``scope`` by id, current or not, verified (PostgreSQL only)."""
+        return self._backend.execute(GetSnapshot(user_id=user_id, scope=scope, generation_id=generation_id))
+
+    def assemble_prompt(self, scopes: str | Iterable[str], *, user_id: str, budget_bytes: int) -> AssembledPrompt:
+        """Prompt text from the current generation of each scope, within ``budget_bytes``
+        (``prme.assemble_prompt``; PostgreSQL only)."""
+        return self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
 
 
 class _BorrowedPool(PostgresBackend):

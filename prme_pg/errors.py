@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "SQLSTATE_ERRORS",
     "IdempotencyConflict",
+    "IntegrityError",
     "InvalidInput",
     "MigrationError",
     "NotFoundError",
@@ -45,10 +46,17 @@ class InvalidInput(PrmeError, ValueError):
     http_status = 422
 
 
+class IntegrityError(PrmeError):
+    """Stored data does not verify, e.g. a snapshot generation whose sha256 is not its id (XX001)."""
+
+    sqlstate = "XX001"
+    http_status = 500
+
+
 class MigrationError(PrmeError):
     """The database and the migration files disagree, or a migration file is damaged."""
 
 
 SQLSTATE_ERRORS: dict[str, type[PrmeError]] = {
-    cls.sqlstate: cls for cls in (NotFoundError, IdempotencyConflict, InvalidInput)
+    cls.sqlstate: cls for cls in (NotFoundError, IdempotencyConflict, InvalidInput, IntegrityError)
 }

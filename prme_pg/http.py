@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import psycopg
-from fastapi import Depends, FastAPI, Header, Request, Response
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -28,8 +28,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__, migrations
 from .aio import AsyncMemoryClient
-from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
-from .models import Event, Node
+from .errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, PrmeError
+from .models import AssembledPrompt, Event, Node, PublishResult, RecallHit, Snapshot
 from .tokens import parse_token
 
 __all__ = ["create_app"]
@@ -125,6 +125,90 @@ class ReinforceIn(BaseModel):
     evidence_id: UUID | None = None
 
 
+class RecallHitOut(BaseModel):
+    rank: int
+    score: float
+    relevance: float
+    effective_salience: float
+    effective_confidence: float
+    id: UUID
+    namespace: str
+    scope: str
+    kind: str
+    content: str
+    lifecycle_state: str
+    decay_profile: str
+    confidence_base: Number
+    salience_base: Number
+    reinforcement_boost: Number
+    last_reinforced_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+    @classmethod
+    def of(cls, hit: RecallHit) -> RecallHitOut:
+        return cls(**{name: getattr(hit, name) for name in cls.model_fields})
+
+
+class RecallOut(BaseModel):
+    hits: list[RecallHitOut]
+
+
+class SnapshotOut(BaseModel):
+    generation_id: str = Field(description="sha256 (hex) of document")
+    seq: int
+    document: str = Field(description="the RFC 8785 JSON document exactly as hashed")
+    item_count: int
+    byte_size: int
+    created_at: datetime
+    advanced_at: datetime
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> SnapshotOut:
+        return cls(**{name: getattr(snapshot, name) for name in cls.model_fields})
+
+
+class PublishIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_items: int = Field(default=100, ge=1, le=10000)
+    max_bytes: int = Field(default=65536, ge=1, le=16777216)
+
+
+class PublishOut(BaseModel):
+    generation_id: str
+    seq: int
+    previous_generation_id: str | None
+    item_count: int
+    byte_size: int
+    advanced: bool
+
+    @classmethod
+    def of(cls, result: PublishResult) -> PublishOut:
+        return cls(**{name: getattr(result, name) for name in cls.model_fields})
+
+
+class PromptOut(BaseModel):
+    prompt: str
+    byte_size: int
+    item_count: int
+    truncated: bool
+    generation_scopes: list[str]
+    generation_ids: list[str | None]
+
+    @classmethod
+    def of(cls, prompt: AssembledPrompt) -> PromptOut:
+        return cls(
+            prompt=prompt.prompt,
+            byte_size=prompt.byte_size,
+            item_count=prompt.item_count,
+            truncated=prompt.truncated,
+            generation_scopes=list(prompt.generation_scopes),
+            generation_ids=list(prompt.generation_ids),
+        )
+
+
 class Health(BaseModel):
     status: str
     version: str
@@ -142,7 +226,8 @@ def _problem(status: int, code: str, title: str, detail: str, headers: dict[str,
     return JSONResponse(body.model_dump(), status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
-def _responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def _responses(*statuses: int, **overrides: str) -> dict[int | str, dict[str, Any]]:
+    """Documented problem responses; ``overrides`` (``s404="..."``) reword one status."""
     described = {
         401: "missing, malformed, unknown or revoked bearer token",
         404: "not found (missing, archived, or another owner's)",
@@ -151,9 +236,29 @@ def _responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         503: "the database is unavailable",
     }
     return {
-        status: {"model": Problem, "description": described[status], "content": {PROBLEM_JSON: {}}}
+        status: {
+            "model": Problem,
+            "description": overrides.get(f"s{status}", described[status]),
+            "content": {PROBLEM_JSON: {}},
+        }
         for status in statuses
     }
+
+
+def _etag(generation_id: str) -> str:
+    return f'"{generation_id}"'
+
+
+def _if_match(value: str | None) -> str | None:
+    """The generation id an If-Match header expects (an ETag is the id in quotes; W/ is ignored)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.startswith("W/"):
+        value = value[2:]
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = value[1:-1]
+    return value
 
 
 bearer = HTTPBearer(auto_error=False, description="prme.<owner>.<secret>, from `prme-pg token create`")
@@ -202,7 +307,12 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
 
     @app.exception_handler(PrmeError)
     async def engine_error(_: Request, exc: PrmeError) -> JSONResponse:
-        titles = {NotFoundError: "Not Found", IdempotencyConflict: "Conflict", InvalidInput: "Invalid Input"}
+        titles = {
+            NotFoundError: "Not Found",
+            IdempotencyConflict: "Conflict",
+            InvalidInput: "Invalid Input",
+            IntegrityError: "Data Corrupted",
+        }
         if type(exc) in titles:
             return _problem(exc.http_status, exc.sqlstate, titles[type(exc)], str(exc))
         return _problem(500, "internal", "Internal Server Error", str(exc))
@@ -305,5 +415,79 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
         if node.replayed:
             response.headers["Idempotent-Replayed"] = "true"
         return NodeOut.of(node)
+
+    @app.get("/v1/recall", response_model=RecallOut, tags=["recall"], responses=_responses(401, 422, 503))
+    async def recall(
+        user_id: Owner,
+        q: Annotated[str | None, Query(description="words to look for; absent or blank ranks by strength")] = None,
+        scope: Annotated[list[str] | None, Query(description="only these scopes (repeat; default all)")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000, description="at most this many hits")] = 10,
+    ) -> RecallOut:
+        """The token owner's memories matching q, best first (docs/RECALL.md)."""
+        hits = await client.recall(q, user_id=user_id, scopes=scope, max_count=limit)
+        return RecallOut(hits=[RecallHitOut.of(hit) for hit in hits])
+
+    @app.post(
+        "/v1/snapshots/{scope}",
+        response_model=PublishOut,
+        tags=["snapshots"],
+        responses={
+            **_responses(
+                401, 409, 422, 503, s409="If-Match names a generation that is not current (nothing was published)"
+            ),
+            200: {
+                "description": "the current generation after the call (advanced: false when it was already current)",
+                "headers": {"ETag": {"schema": {"type": "string"}, "description": "the generation id, quoted"}},
+            },
+        },
+    )
+    async def publish_snapshot(
+        scope: str,
+        user_id: Owner,
+        response: Response,
+        body: PublishIn | None = None,
+        if_match: Annotated[
+            str | None,
+            Header(alias="If-Match", description="publish only if this generation id (or none) is current"),
+        ] = None,
+    ) -> PublishOut:
+        """Publish the current generation of one of the token owner's scopes (docs/SNAPSHOTS.md)."""
+        options = body or PublishIn()
+        result = await client.publish_snapshot(
+            scope,
+            user_id=user_id,
+            max_items=options.max_items,
+            max_bytes=options.max_bytes,
+            expected_generation_id=_if_match(if_match),
+        )
+        response.headers["ETag"] = _etag(result.generation_id)
+        return PublishOut.of(result)
+
+    @app.get(
+        "/v1/snapshots/{scope}",
+        response_model=SnapshotOut,
+        tags=["snapshots"],
+        responses={
+            **_responses(401, 404, 422, 503, s404="the scope was never published by the token's owner"),
+            200: {
+                "description": "the current generation, verified against its id",
+                "headers": {"ETag": {"schema": {"type": "string"}, "description": "the generation id, quoted"}},
+            },
+        },
+    )
+    async def current_snapshot(scope: str, user_id: Owner, response: Response) -> SnapshotOut:
+        """The current generation of one of the token owner's scopes."""
+        snapshot = await client.current_snapshot(scope, user_id=user_id)
+        response.headers["ETag"] = _etag(snapshot.generation_id)
+        return SnapshotOut.of(snapshot)
+
+    @app.get("/v1/prompt", response_model=PromptOut, tags=["snapshots"], responses=_responses(401, 422, 503))
+    async def assemble_prompt(
+        user_id: Owner,
+        scope: Annotated[list[str], Query(min_length=1, max_length=100, description="scopes, most important first")],
+        budget_bytes: Annotated[int, Query(ge=1, le=16777216, description="the prompt's size limit in bytes")],
+    ) -> PromptOut:
+        """Prompt text from the current generation of each scope, within budget_bytes."""
+        return PromptOut.of(await client.assemble_prompt(scope, user_id=user_id, budget_bytes=budget_bytes))
 
     return app

@@ -13,7 +13,18 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-__all__ = ["Event", "JournalIssue", "JournalRecord", "Node", "NodeHead", "ReplayResult"]
+__all__ = [
+    "AssembledPrompt",
+    "Event",
+    "JournalIssue",
+    "JournalRecord",
+    "Node",
+    "NodeHead",
+    "PublishResult",
+    "RecallHit",
+    "ReplayResult",
+    "Snapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +120,82 @@ class NodeHead:
     node_id: UUID
     version: int
     last_checksum: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHit:
+    """One memory found by ``prme.recall``, best first (a row of its result).
+
+    ``score`` = 0.5 * ``relevance`` + 0.25 * ``effective_salience`` + 0.25 *
+    ``effective_confidence``, at the ``as_of`` of the call (floats). The rest are the
+    memory's own columns (``prme.recall`` returns these, not the whole ``node_view``).
+    """
+
+    rank: int
+    score: float
+    relevance: float
+    effective_salience: float
+    effective_confidence: float
+    id: UUID
+    namespace: str
+    scope: str
+    kind: str
+    content: str
+    lifecycle_state: str
+    decay_profile: str
+    confidence_base: Decimal
+    salience_base: Decimal
+    reinforcement_boost: Decimal
+    last_reinforced_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A published generation as read back (``prme.snapshot_view``), verified against its id.
+
+    ``document`` is the RFC 8785 JSON text exactly as hashed: ``generation_id`` is its sha256.
+    """
+
+    generation_id: str
+    seq: int
+    document: str
+    item_count: int
+    byte_size: int
+    created_at: datetime
+    advanced_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """What ``prme.publish_snapshot`` did: the current generation after the call.
+
+    ``advanced`` is false when the content was already current (nothing written;
+    ``previous_generation_id == generation_id``). ``previous_generation_id`` is ``None``
+    on a scope's first publish.
+    """
+
+    generation_id: str
+    seq: int
+    previous_generation_id: str | None
+    item_count: int
+    byte_size: int
+    advanced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledPrompt:
+    """A prompt laid out by ``prme.assemble_prompt`` within a byte budget.
+
+    ``generation_scopes`` are the requested scopes (deduplicated, in order) and
+    ``generation_ids`` the generation read for each (``None``: never published).
+    """
+
+    prompt: str
+    byte_size: int
+    item_count: int
+    truncated: bool
+    generation_scopes: tuple[str, ...]
+    generation_ids: tuple[str | None, ...]

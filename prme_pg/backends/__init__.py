@@ -22,19 +22,35 @@ from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
-from ..models import Event, JournalIssue, JournalRecord, Node, NodeHead, ReplayResult
+from ..models import (
+    AssembledPrompt,
+    Event,
+    JournalIssue,
+    JournalRecord,
+    Node,
+    NodeHead,
+    PublishResult,
+    RecallHit,
+    ReplayResult,
+    Snapshot,
+)
 
 __all__ = [
     "AddEvent",
     "AddNode",
     "ArchiveNode",
+    "AssemblePrompt",
     "AsyncBackend",
     "AuthenticateApiToken",
     "CreateApiToken",
+    "CurrentSnapshot",
     "GetNode",
+    "GetSnapshot",
     "JournalRecords",
     "ListNodes",
+    "PublishSnapshot",
     "Readiness",
+    "Recall",
     "Reinforce",
     "ReplayNode",
     "Request",
@@ -198,6 +214,54 @@ class RevokeApiToken(Request[bool]):
 @dataclass(frozen=True, slots=True)
 class Readiness(Request[tuple[bool, list[str]]]):
     """Whether the database accepts writes, and its applied migrations as version:sha256."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recall(Request[list[RecallHit]]):
+    """Full-text recall over the memories of user_id (PostgreSQL only)."""
+
+    user_id: str
+    query: str | None
+    scopes: tuple[str, ...] | None
+    max_count: int
+    as_of: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PublishSnapshot(Request[PublishResult]):
+    """Publish the current generation of (user_id, scope) (PostgreSQL only)."""
+
+    user_id: str
+    scope: str
+    max_items: int
+    max_bytes: int
+    expected_generation_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentSnapshot(Request[Snapshot]):
+    """The current generation of (user_id, scope), verified (PostgreSQL only)."""
+
+    user_id: str
+    scope: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetSnapshot(Request[Snapshot]):
+    """One generation of (user_id, scope) by id, verified (PostgreSQL only)."""
+
+    user_id: str
+    scope: str
+    generation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblePrompt(Request[AssembledPrompt]):
+    """Prompt text from the current generations of scopes within budget_bytes (PostgreSQL only)."""
+
+    user_id: str
+    scopes: tuple[str, ...]
+    budget_bytes: int
 
 
 class SyncBackend(Protocol):

@@ -41,12 +41,17 @@ from . import (
     AddEvent,
     AddNode,
     ArchiveNode,
+    AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
+    CurrentSnapshot,
     GetNode,
+    GetSnapshot,
     JournalRecords,
     ListNodes,
+    PublishSnapshot,
     Readiness,
+    Recall,
     Reinforce,
     ReplayNode,
     Request,
@@ -558,6 +563,11 @@ class DuckDBBackend:
             case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | Readiness():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no API tokens or migrations"
+                )
+            case Recall() | PublishSnapshot() | CurrentSnapshot() | GetSnapshot() | AssemblePrompt():
+                raise PrmeError(
+                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no full-text recall or "
+                    "snapshots (open the client with a postgresql:// DSN)"
                 )
             case _:
                 raise TypeError(f"not a prme_pg request: {request!r}")

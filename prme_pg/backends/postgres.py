@@ -5,8 +5,9 @@ autocommit connection from a pool: the function's own transaction is the call's
 transaction, so there is exactly one round trip per call and no business rule in
 Python. Results are built by psycopg row factories into the frozen dataclasses of
 :mod:`prme_pg.models`; errors raised with the engine's SQLSTATEs (PR404, PR409,
-PR422) become :class:`~prme_pg.errors.NotFoundError`,
-:class:`~prme_pg.errors.IdempotencyConflict` and :class:`~prme_pg.errors.InvalidInput`.
+PR422, and XX001 for stored data that does not verify) become
+:class:`~prme_pg.errors.NotFoundError`, :class:`~prme_pg.errors.IdempotencyConflict`,
+:class:`~prme_pg.errors.InvalidInput` and :class:`~prme_pg.errors.IntegrityError`.
 
 :func:`statement` is the only place a request turns into SQL; the sync
 :class:`PostgresBackend` and the async :class:`AsyncPostgresBackend` only run it.
@@ -30,17 +31,22 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import SQLSTATE_ERRORS, InvalidInput
-from ..models import Event, JournalIssue, Node, ReplayResult
+from ..models import AssembledPrompt, Event, JournalIssue, Node, PublishResult, RecallHit, ReplayResult, Snapshot
 from . import (
     AddEvent,
     AddNode,
     ArchiveNode,
+    AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
+    CurrentSnapshot,
     GetNode,
+    GetSnapshot,
     JournalRecords,
     ListNodes,
+    PublishSnapshot,
     Readiness,
+    Recall,
     Reinforce,
     ReplayNode,
     Request,
@@ -53,12 +59,17 @@ __all__ = [
     "ADD_EVENT",
     "ADD_NODE",
     "ARCHIVE_NODE",
+    "ASSEMBLE_PROMPT",
     "AUTHENTICATE_API_TOKEN",
     "CREATE_API_TOKEN",
+    "CURRENT_SNAPSHOT",
     "GET_NODE",
+    "GET_SNAPSHOT",
     "JOURNAL_RECORDS",
     "LIST_NODES",
+    "PUBLISH_SNAPSHOT",
     "READINESS",
+    "RECALL",
     "REINFORCE",
     "REPLAY_NODE",
     "REVOKE_API_TOKEN",
@@ -125,6 +136,32 @@ REVOKE_API_TOKEN: LiteralString = (
     "SELECT prme.revoke_api_token(user_id => %(user_id)s, token_sha256 => %(token_sha256)s)"  # noqa: S105
 )
 READINESS: LiteralString = "SELECT accepts_writes, applied_migrations FROM prme.readiness()"
+# as_of NULL means now inside prme.recall, so the default needs no special case.
+RECALL: LiteralString = (
+    "SELECT rank, score, relevance, effective_salience, effective_confidence, id, namespace, scope, kind, "
+    "content, lifecycle_state, decay_profile, confidence_base, salience_base, reinforcement_boost, "
+    "last_reinforced_at, created_at, updated_at, version "
+    "FROM prme.recall(user_id => %(user_id)s, query => %(query)s::text, scopes => %(scopes)s::text[], "
+    "max_count => %(max_count)s::integer, as_of => %(as_of)s::timestamptz)"
+)
+PUBLISH_SNAPSHOT: LiteralString = (
+    "SELECT generation_id, seq, previous_generation_id, item_count, byte_size, advanced "
+    "FROM prme.publish_snapshot(user_id => %(user_id)s, scope => %(scope)s, max_items => %(max_items)s::integer, "
+    "max_bytes => %(max_bytes)s::integer, expected_generation_id => %(expected_generation_id)s::text)"
+)
+_SNAPSHOT_COLUMNS: LiteralString = "generation_id, seq, document, item_count, byte_size, created_at, advanced_at"
+CURRENT_SNAPSHOT: LiteralString = (
+    "SELECT " + _SNAPSHOT_COLUMNS + " FROM prme.current_snapshot(user_id => %(user_id)s, scope => %(scope)s)"
+)
+GET_SNAPSHOT: LiteralString = (
+    "SELECT " + _SNAPSHOT_COLUMNS + " FROM prme.get_snapshot(user_id => %(user_id)s, scope => %(scope)s, "
+    "generation_id => %(generation_id)s::text)"
+)
+ASSEMBLE_PROMPT: LiteralString = (
+    "SELECT prompt, byte_size, item_count, truncated, generation_scopes, generation_ids "
+    "FROM prme.assemble_prompt(user_id => %(user_id)s, scopes => %(scopes)s::text[], "
+    "budget_bytes => %(budget_bytes)s::integer)"
+)
 
 
 def is_dsn(target: object) -> bool:
@@ -302,6 +339,80 @@ def tuple_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMake
     return make
 
 
+def recall_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[RecallHit]:
+    """Row factory for :data:`RECALL` (columns in the order it selects them)."""
+
+    def make(values: Sequence[Any]) -> RecallHit:
+        (
+            rank,
+            score,
+            relevance,
+            salience,
+            confidence,
+            id_,
+            namespace,
+            scope,
+            kind,
+            content,
+            state,
+            decay,
+            confidence_base,
+            salience_base,
+            boost,
+            last,
+            created,
+            updated,
+            version,
+        ) = values
+        return RecallHit(
+            rank=rank,
+            score=score,
+            relevance=relevance,
+            effective_salience=salience,
+            effective_confidence=confidence,
+            id=id_,
+            namespace=namespace,
+            scope=scope,
+            kind=kind,
+            content=content,
+            lifecycle_state=state,
+            decay_profile=decay,
+            confidence_base=confidence_base,
+            salience_base=salience_base,
+            reinforcement_boost=boost,
+            last_reinforced_at=None if last is None else utc(last),
+            created_at=utc(created),
+            updated_at=utc(updated),
+            version=version,
+        )
+
+    return make
+
+
+def publish_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[PublishResult]:
+    def make(values: Sequence[Any]) -> PublishResult:
+        generation_id, seq, previous, item_count, byte_size, advanced = values
+        return PublishResult(generation_id, seq, previous, item_count, byte_size, bool(advanced))
+
+    return make
+
+
+def snapshot_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[Snapshot]:
+    def make(values: Sequence[Any]) -> Snapshot:
+        generation_id, seq, document, item_count, byte_size, created_at, advanced_at = values
+        return Snapshot(generation_id, seq, document, item_count, byte_size, utc(created_at), utc(advanced_at))
+
+    return make
+
+
+def prompt_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[AssembledPrompt]:
+    def make(values: Sequence[Any]) -> AssembledPrompt:
+        prompt, byte_size, item_count, truncated, scopes, ids = values
+        return AssembledPrompt(prompt, byte_size, item_count, bool(truncated), tuple(scopes), tuple(ids))
+
+    return make
+
+
 # -- requests as calls -------------------------------------------------------------
 
 
@@ -422,6 +533,45 @@ def statement(request: Request[T]) -> Call[T]:
             )
         case Readiness():
             call = Call(READINESS, {}, tuple_row, lambda rows: (bool(rows[0][0]), list(rows[0][1])))
+        case Recall():
+            call = Call(
+                RECALL,
+                {
+                    "user_id": request.user_id,
+                    "query": request.query,
+                    "scopes": None if request.scopes is None else list(request.scopes),
+                    "max_count": request.max_count,
+                    "as_of": request.as_of,
+                },
+                recall_row,
+                _all,
+            )
+        case PublishSnapshot():
+            call = Call(
+                PUBLISH_SNAPSHOT,
+                {
+                    "user_id": request.user_id,
+                    "scope": request.scope,
+                    "max_items": request.max_items,
+                    "max_bytes": request.max_bytes,
+                    "expected_generation_id": request.expected_generation_id,
+                },
+                publish_row,
+            )
+        case CurrentSnapshot():
+            call = Call(CURRENT_SNAPSHOT, {"user_id": request.user_id, "scope": request.scope}, snapshot_row)
+        case GetSnapshot():
+            call = Call(
+                GET_SNAPSHOT,
+                {"user_id": request.user_id, "scope": request.scope, "generation_id": request.generation_id},
+                snapshot_row,
+            )
+        case AssemblePrompt():
+            call = Call(
+                ASSEMBLE_PROMPT,
+                {"user_id": request.user_id, "scopes": list(request.scopes), "budget_bytes": request.budget_bytes},
+                prompt_row,
+            )
         case _:
             raise TypeError(f"not a prme_pg request: {request!r}")
     return cast(Call[T], call)
