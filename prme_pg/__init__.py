@@ -8,9 +8,24 @@ from .aio import AsyncMemoryClient
 from .backends.duckdb import PackInUseError
 from .client import MemoryClient
 from .errors import IdempotencyConflict, IntegrityError, InvalidInput, MigrationError, NotFoundError, PrmeError
-from .models import AssembledPrompt, Event, JournalIssue, Node, PublishResult, RecallHit, ReplayResult, Snapshot
+from .models import (
+    AppliedOp,
+    AssembledPrompt,
+    Event,
+    JournalIssue,
+    MaintenancePatch,
+    MaintenanceRecommendation,
+    Node,
+    Outcome,
+    OutcomeSummary,
+    PublishResult,
+    RecallHit,
+    ReplayResult,
+    Snapshot,
+)
 
 __all__ = [
+    "AppliedOp",
     "AssembledPrompt",
     "AsyncMemoryClient",
     "Event",
@@ -18,10 +33,14 @@ __all__ = [
     "IntegrityError",
     "InvalidInput",
     "JournalIssue",
+    "MaintenancePatch",
+    "MaintenanceRecommendation",
     "MemoryClient",
     "MigrationError",
     "Node",
     "NotFoundError",
+    "Outcome",
+    "OutcomeSummary",
     "PackInUseError",
     "PrmeError",
     "PublishResult",

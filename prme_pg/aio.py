@@ -29,8 +29,12 @@ from .backends import (
     CreateApiToken,
     CurrentSnapshot,
     GetNode,
+    GetPatch,
     GetSnapshot,
     JournalRecords,
+    MaintenancePatchRequest,
+    MaintenanceReport,
+    OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
     ReplayNode,
@@ -44,22 +48,30 @@ from .client import (
     Target,
     add_event_request,
     add_node_request,
+    apply_patch_request,
     assemble_prompt_request,
     check_pack_options,
     check_page_size,
     list_nodes_request,
+    parse_time,
     parse_uuid,
     recall_request,
+    record_outcome_request,
     reinforce_request,
 )
 from .journal import verify_records
 from .models import (
+    AppliedOp,
     AssembledPrompt,
     Event,
     JournalIssue,
     JournalRecord,
+    MaintenancePatch,
+    MaintenanceRecommendation,
     Node,
     NodeHead,
+    Outcome,
+    OutcomeSummary,
     PublishResult,
     RecallHit,
     ReplayResult,
@@ -312,3 +324,53 @@ class AsyncMemoryClient:
     async def assemble_prompt(self, scopes: str | Iterable[str], *, user_id: str, budget_bytes: int) -> AssembledPrompt:
         """Prompt text from the current generation of each scope, within ``budget_bytes`` (PostgreSQL only)."""
         return await self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
+
+    # -- outcomes and maintenance (PostgreSQL only) --
+
+    async def record_outcome(
+        self,
+        node_id: UUID | str,
+        outcome: str,
+        *,
+        user_id: str,
+        evidence_id: UUID | str | None = None,
+        profile_id: str | None = None,
+        thread_id: str | None = None,
+        notes: str | None = None,
+        request_id: UUID | str | None = None,
+    ) -> Outcome:
+        """Append an outcome event to a memory; idempotent by ``request_id`` (PostgreSQL only)."""
+        return await self._backend.execute(
+            record_outcome_request(node_id, outcome, user_id, evidence_id, profile_id, thread_id, notes, request_id)
+        )
+
+    async def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
+        """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
+        return await self._backend.execute(
+            OutcomeSummaryRequest(user_id=user_id, node_id=parse_uuid("node_id", node_id))
+        )
+
+    async def maintenance_report(
+        self, *, user_id: str, as_of: datetime | None = None
+    ) -> list[MaintenanceRecommendation]:
+        """What maintenance recommends for the memories of ``user_id`` (PostgreSQL only)."""
+        return await self._backend.execute(MaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
+
+    async def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
+        """Store the actionable recommendations as a patch for review (PostgreSQL only)."""
+        return await self._backend.execute(MaintenancePatchRequest(user_id=user_id, as_of=parse_time("as_of", as_of)))
+
+    async def get_patch(self, patch_id: UUID | str, *, user_id: str) -> MaintenancePatch:
+        """A stored patch with each op's status (PostgreSQL only)."""
+        return await self._backend.execute(GetPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id)))
+
+    async def apply_patch(
+        self,
+        patch_id: UUID | str,
+        op_ids: str | Iterable[str] | None = None,
+        *,
+        user_id: str,
+        mode: str = "manual",
+    ) -> list[AppliedOp]:
+        """Apply ops of a patch, manual or auto; each op at most once (PostgreSQL only)."""
+        return await self._backend.execute(apply_patch_request(patch_id, op_ids, user_id, mode))

@@ -17,10 +17,12 @@ from typing import Any
 
 import psycopg
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import migrations
 from .errors import MigrationError, PrmeError
+from .models import AppliedOp, MaintenancePatch
 
 __all__ = ["main"]
 
@@ -249,6 +251,127 @@ def cmd_snapshot_show(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _updates_text(updates: dict[str, Any]) -> str:
+    return "; ".join(f"{field}: {change.get('from')} -> {change.get('to')}" for field, change in updates.items())
+
+
+def _patch_document(patch: MaintenancePatch) -> dict[str, Any]:
+    return {"patch_id": patch.patch_id, "created_at": patch.created_at, "as_of": patch.as_of, "ops": list(patch.ops)}
+
+
+def _print_patch(console: Console, patch: MaintenancePatch, user: str) -> None:
+    table = Table(title=f"maintenance patch {patch.patch_id} for {escape(user)}")
+    for column in ("op_id", "op", "memory", "updates", "reason", "risk", "review", "selected", "status"):
+        table.add_column(column)
+    for op in patch.ops:
+        target = op.get("target", {})
+        table.add_row(
+            str(op.get("op_id")),
+            str(op.get("op")),
+            escape(str(target.get("content", target.get("node_id", "")))),
+            escape(_updates_text(op.get("updates", {}))),
+            escape(str(op.get("reason", ""))),
+            str(op.get("risk")),
+            "yes" if op.get("requires_review") else "no",
+            "yes" if op.get("default_selected") else "no",
+            str(op.get("status", "pending")),
+        )
+    console.print(table)
+    console.print(f"{len(patch.ops)} op{'' if len(patch.ops) == 1 else 's'}")
+
+
+def _print_applied(console: Console, applied: list[AppliedOp], title: str) -> None:
+    table = Table(title=title)
+    for column in ("op_id", "op", "node_id", "status", "detail"):
+        table.add_column(column)
+    for row in applied:
+        table.add_row(row.op_id, row.op, str(row.node_id), row.status, escape(row.detail or ""))
+    console.print(table)
+    counts = {status: sum(1 for row in applied if row.status == status) for status in ("applied", "already_applied")}
+    stale = len(applied) - sum(counts.values())
+    console.print(f"{counts['applied']} applied, {counts['already_applied']} already applied, {stale} stale")
+
+
+def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
+    from .client import MemoryClient
+
+    dsn = _require_dsn(args)
+    if args.report and args.mode == "auto":
+        raise UsageError("--report changes nothing: it cannot be combined with --mode=auto")
+    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+        if args.report:
+            rows = memory.maintenance_report(user_id=args.user)
+            if args.json:
+                _print_json({"recommendations": [dataclasses.asdict(row) for row in rows]})
+                return EXIT_OK
+            table = Table(title=f"maintenance report for {escape(args.user)}")
+            for column in ("node_id", "recommendations", "stability", "confidence", "overdue", "+R", "+S", "-C"):
+                table.add_column(column)
+            for row in rows:
+                stability = row.stability
+                if row.suggested_stability and row.suggested_stability != row.stability:
+                    stability += f" -> {row.suggested_stability}"
+                confidence = str(row.confidence_base)
+                if row.suggested_confidence is not None and row.suggested_confidence != row.confidence_base:
+                    confidence += f" -> {row.suggested_confidence}"
+                table.add_row(
+                    str(row.node_id),
+                    ", ".join(row.recommendations),
+                    stability,
+                    confidence,
+                    str(row.overdue_cycles or 0),
+                    str(row.explicit_reinforcements),
+                    str(row.implicit_successes),
+                    str(row.explicit_corrections),
+                )
+            console.print(table)
+            console.print(f"{len(rows)} memor{'y' if len(rows) == 1 else 'ies'} with recommendations; nothing changed")
+            return EXIT_OK
+        patch = memory.maintenance_patch(user_id=args.user)
+        applied = memory.apply_patch(patch.patch_id, user_id=args.user, mode="auto") if args.mode == "auto" else None
+        if applied is not None:
+            patch = memory.get_patch(patch.patch_id, user_id=args.user)
+    if args.json:
+        document: dict[str, Any] = {"patch": _patch_document(patch)}
+        if applied is not None:
+            document["applied"] = [dataclasses.asdict(row) for row in applied]
+        _print_json(document)
+        return EXIT_OK
+    _print_patch(console, patch, args.user)
+    if applied is not None:
+        _print_applied(console, applied, "applied in auto mode")
+    else:
+        console.print(
+            f"written for review; apply with: prme-pg curate {patch.patch_id} --user {escape(args.user)} "
+            "--select op_001,op_002"
+        )
+    return EXIT_OK
+
+
+def cmd_curate(args: argparse.Namespace, console: Console) -> int:
+    from .client import MemoryClient
+
+    dsn = _require_dsn(args)
+    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+        if args.select is None:
+            patch = memory.get_patch(args.patch_id, user_id=args.user)
+            if args.json:
+                _print_json(_patch_document(patch))
+            else:
+                _print_patch(console, patch, args.user)
+            return EXIT_OK
+        op_ids = [part.strip() for part in args.select.split(",") if part.strip()]
+        if not op_ids:
+            raise UsageError("--select needs at least one op id, e.g. --select op_001,op_003")
+        applied = memory.apply_patch(args.patch_id, op_ids, user_id=args.user, mode="manual")
+    if args.json:
+        _print_json({"patch_id": args.patch_id, "applied": [dataclasses.asdict(row) for row in applied]})
+    else:
+        _print_applied(console, applied, f"curated patch {args.patch_id}")
+    # A stale op is a reviewed change that could not be made: the caller should know.
+    return EXIT_FAILURE if any(row.status == "stale" for row in applied) else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prme-pg",
@@ -328,6 +451,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_dsn(show)
     show.add_argument("--user", required=True, help="the owner (user_id)")
     show.add_argument("--scope", required=True, help="the scope to show")
+
+    maintain = add(
+        "maintain",
+        "Propose maintenance as a patch for review (default), report only, or apply the safe ops.",
+        cmd_maintain,
+    )
+    add_dsn(maintain)
+    maintain.add_argument("--user", required=True, help="the owner (user_id)")
+    maintain.add_argument("--report", action="store_true", help="only show the recommendations; change nothing")
+    maintain.add_argument(
+        "--mode",
+        choices=["review", "auto"],
+        default="review",
+        help="review: write the patch for review (default); auto: also apply decay ops and stability increases "
+        "that need no review",
+    )
+
+    curate = add("curate", "Show a maintenance patch, or apply the ops you selected from it.", cmd_curate)
+    add_dsn(curate)
+    curate.add_argument("patch_id", help="the patch id printed by prme-pg maintain")
+    curate.add_argument("--user", required=True, help="the owner (user_id)")
+    curate.add_argument(
+        "--select", default=None, help="comma-separated op ids to apply (e.g. op_001,op_003); omit to show the patch"
+    )
     return parser
 
 

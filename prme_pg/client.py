@@ -31,18 +31,24 @@ from psycopg_pool import ConnectionPool
 from .backends import (
     AddEvent,
     AddNode,
+    ApplyPatch,
     ArchiveNode,
     AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
     CurrentSnapshot,
     GetNode,
+    GetPatch,
     GetSnapshot,
     JournalRecords,
     ListNodes,
+    MaintenancePatchRequest,
+    MaintenanceReport,
+    OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
     Recall,
+    RecordOutcome,
     Reinforce,
     ReplayNode,
     RevokeApiToken,
@@ -54,12 +60,17 @@ from .backends.postgres import PostgresBackend, is_dsn
 from .errors import InvalidInput
 from .journal import verify_records
 from .models import (
+    AppliedOp,
     AssembledPrompt,
     Event,
     JournalIssue,
     JournalRecord,
+    MaintenancePatch,
+    MaintenanceRecommendation,
     Node,
     NodeHead,
+    Outcome,
+    OutcomeSummary,
     PublishResult,
     RecallHit,
     ReplayResult,
@@ -216,6 +227,43 @@ def recall_request(
 
 def assemble_prompt_request(scopes: str | Iterable[str], user_id: str, budget_bytes: int) -> AssemblePrompt:
     return AssemblePrompt(user_id=user_id, scopes=parse_scopes("scopes", scopes), budget_bytes=budget_bytes)
+
+
+def record_outcome_request(
+    node_id: UUID | str,
+    outcome: str,
+    user_id: str,
+    evidence_id: UUID | str | None,
+    profile_id: str | None,
+    thread_id: str | None,
+    notes: str | None,
+    request_id: UUID | str | None,
+) -> RecordOutcome:
+    return RecordOutcome(
+        user_id=user_id,
+        node_id=parse_uuid("node_id", node_id),
+        outcome=outcome,
+        evidence_id=parse_optional_uuid("evidence_id", evidence_id),
+        profile_id=profile_id,
+        thread_id=thread_id,
+        notes=notes,
+        request_id=parse_optional_uuid("request_id", request_id),
+    )
+
+
+def apply_patch_request(
+    patch_id: UUID | str, op_ids: str | Iterable[str] | None, user_id: str, mode: str
+) -> ApplyPatch:
+    ids: tuple[str, ...] | None = None
+    if op_ids is not None:
+        if isinstance(op_ids, str):
+            ids = tuple(part.strip() for part in op_ids.split(",") if part.strip())
+        else:
+            try:
+                ids = tuple(op_ids)
+            except TypeError:
+                raise InvalidInput(f"op_ids must be a list of op ids, got {op_ids!r}") from None
+    return ApplyPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id), op_ids=ids, mode=mode)
 
 
 def check_page_size(page_size: int) -> int:
@@ -497,6 +545,65 @@ class MemoryClient:
         """Prompt text from the current generation of each scope, within ``budget_bytes``
         (``prme.assemble_prompt``; PostgreSQL only)."""
         return self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
+
+    # -- outcomes and maintenance (PostgreSQL only; docs/MAINTENANCE.md) --
+
+    def record_outcome(
+        self,
+        node_id: UUID | str,
+        outcome: str,
+        *,
+        user_id: str,
+        evidence_id: UUID | str | None = None,
+        profile_id: str | None = None,
+        thread_id: str | None = None,
+        notes: str | None = None,
+        request_id: UUID | str | None = None,
+    ) -> Outcome:
+        """Append an outcome event (explicit_reinforcement, implicit_success, neutral_exposure or
+        explicit_correction) to a memory (``prme.record_outcome``; PostgreSQL only).
+
+        With ``request_id``, a retry with the same arguments returns the stored outcome with
+        ``replayed=True``; reuse with anything else raises :class:`IdempotencyConflict`.
+        """
+        return self._backend.execute(
+            record_outcome_request(node_id, outcome, user_id, evidence_id, profile_id, thread_id, notes, request_id)
+        )
+
+    def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
+        """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
+        return self._backend.execute(OutcomeSummaryRequest(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    def maintenance_report(self, *, user_id: str, as_of: datetime | None = None) -> list[MaintenanceRecommendation]:
+        """What maintenance recommends for the memories of ``user_id``; changes nothing
+        (``prme.maintenance_report``; PostgreSQL only)."""
+        return self._backend.execute(MaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
+
+    def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
+        """Store the actionable recommendations as a patch for review; changes no memory
+        (``prme.maintenance_patch``; PostgreSQL only)."""
+        return self._backend.execute(MaintenancePatchRequest(user_id=user_id, as_of=parse_time("as_of", as_of)))
+
+    def get_patch(self, patch_id: UUID | str, *, user_id: str) -> MaintenancePatch:
+        """A stored patch with each op's status; :class:`NotFoundError` for another owner's
+        (PostgreSQL only)."""
+        return self._backend.execute(GetPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id)))
+
+    def apply_patch(
+        self,
+        patch_id: UUID | str,
+        op_ids: str | Iterable[str] | None = None,
+        *,
+        user_id: str,
+        mode: str = "manual",
+    ) -> list[AppliedOp]:
+        """Apply ops of a patch (``prme.apply_patch``; PostgreSQL only).
+
+        ``mode="manual"`` applies exactly ``op_ids`` (a list, or one comma-separated
+        string); ``mode="auto"`` (``op_ids=None``) applies decay ops and stability increases
+        that need no review. Each op applies at most once: applied, already_applied or stale.
+        """
+        return self._backend.execute(apply_patch_request(patch_id, op_ids, user_id, mode))
 
 
 class _BorrowedPool(PostgresBackend):

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import psycopg
@@ -29,7 +29,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from . import __version__, migrations
 from .aio import AsyncMemoryClient
 from .errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, PrmeError
-from .models import AssembledPrompt, Event, Node, PublishResult, RecallHit, Snapshot
+from .models import (
+    AppliedOp,
+    AssembledPrompt,
+    Event,
+    MaintenancePatch,
+    MaintenanceRecommendation,
+    Node,
+    Outcome,
+    OutcomeSummary,
+    PublishResult,
+    RecallHit,
+    Snapshot,
+)
 from .tokens import parse_token
 
 __all__ = ["create_app"]
@@ -207,6 +219,139 @@ class PromptOut(BaseModel):
             generation_scopes=list(prompt.generation_scopes),
             generation_ids=list(prompt.generation_ids),
         )
+
+
+class OutcomeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Literal["explicit_reinforcement", "implicit_success", "neutral_exposure", "explicit_correction"]
+    evidence_id: UUID | None = None
+    profile_id: str | None = None
+    thread_id: str | None = None
+    notes: str | None = None
+
+
+class OutcomeOut(BaseModel):
+    id: UUID
+    user_id: str
+    node_id: UUID
+    outcome: str
+    weight: Number
+    evidence_id: UUID | None
+    profile_id: str | None
+    thread_id: str | None
+    notes: str | None
+    request_id: UUID | None
+    recorded_by: str
+    node_version: int
+    created_at: datetime
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> OutcomeOut:
+        return cls(**{name: getattr(outcome, name) for name in cls.model_fields})
+
+
+class OutcomeSummaryOut(BaseModel):
+    explicit_reinforcements: int
+    implicit_successes: int
+    neutral_exposures: int
+    explicit_corrections: int
+    outcomes: int
+    score: float
+    suggested_stability: str
+    last_outcome_at: datetime | None
+
+    @classmethod
+    def of(cls, summary: OutcomeSummary) -> OutcomeSummaryOut:
+        return cls(**{name: getattr(summary, name) for name in cls.model_fields})
+
+
+class RecommendationOut(BaseModel):
+    node_id: UUID
+    recommendations: list[str]
+    lifecycle_state: str
+    stability: str
+    suggested_stability: str | None
+    confidence_base: float
+    suggested_confidence: float | None
+    next_review_at: datetime | None
+    overdue_cycles: int | None
+    decayed_cycles: int | None
+    explicit_reinforcements: int
+    implicit_successes: int
+    explicit_corrections: int
+
+    @classmethod
+    def of(cls, row: MaintenanceRecommendation) -> RecommendationOut:
+        fields = {name: getattr(row, name) for name in cls.model_fields}
+        fields["recommendations"] = list(row.recommendations)
+        return cls(**fields)
+
+
+class ReportOut(BaseModel):
+    recommendations: list[RecommendationOut]
+
+
+class PatchOpOut(BaseModel):
+    op_id: str
+    op: str
+    recommendation: str
+    target: dict[str, Any] = Field(description="node_id, version and the first 200 characters of content")
+    updates: dict[str, Any] = Field(description="each changed field as {from, to}")
+    reason: str
+    risk: str
+    requires_review: bool
+    default_selected: bool
+    status: str = Field(description="pending or applied")
+    applied_at: datetime | None = None
+    applied_mode: str | None = None
+
+
+class PatchOut(BaseModel):
+    patch_id: UUID
+    created_at: datetime
+    as_of: datetime
+    ops: list[PatchOpOut]
+
+    @classmethod
+    def of(cls, patch: MaintenancePatch) -> PatchOut:
+        return cls(
+            patch_id=patch.patch_id,
+            created_at=patch.created_at,
+            as_of=patch.as_of,
+            ops=[PatchOpOut.model_validate(op) for op in patch.ops],
+        )
+
+
+class PatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    as_of: datetime | None = Field(default=None, description="compute as of this time (default now; not future)")
+
+
+class ApplyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    op_ids: list[str] | None = Field(default=None, description="manual: the ops to apply; auto: null")
+    mode: Literal["manual", "auto"] = "manual"
+
+
+class AppliedOpOut(BaseModel):
+    op_id: str
+    op: str
+    node_id: UUID
+    status: str = Field(description="applied, already_applied or stale")
+    detail: str | None
+    node_version: int | None
+
+    @classmethod
+    def of(cls, row: AppliedOp) -> AppliedOpOut:
+        return cls(**{name: getattr(row, name) for name in cls.model_fields})
+
+
+class ApplyOut(BaseModel):
+    patch_id: UUID
+    results: list[AppliedOpOut]
 
 
 class Health(BaseModel):
@@ -489,5 +634,104 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
     ) -> PromptOut:
         """Prompt text from the current generation of each scope, within budget_bytes."""
         return PromptOut.of(await client.assemble_prompt(scope, user_id=user_id, budget_bytes=budget_bytes))
+
+    @app.post(
+        "/v1/nodes/{node_id}/outcomes",
+        status_code=201,
+        response_model=OutcomeOut,
+        tags=["maintenance"],
+        responses={
+            **_responses(401, 404, 409, 422, 503),
+            201: {"description": "the outcome was recorded"},
+            200: {
+                "description": "a replay: the Idempotency-Key already recorded this outcome (nothing written)",
+                "model": OutcomeOut,
+                "headers": {"Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]}}},
+            },
+        },
+    )
+    async def record_outcome(
+        node_id: UUID,
+        body: OutcomeIn,
+        user_id: Owner,
+        response: Response,
+        idempotency_key: Annotated[
+            UUID | None, Header(alias="Idempotency-Key", description="a UUID; becomes the request_id")
+        ] = None,
+    ) -> OutcomeOut:
+        """Record what happened when a memory was used (docs/MAINTENANCE.md); the memory is not changed."""
+        outcome = await client.record_outcome(
+            node_id,
+            body.outcome,
+            user_id=user_id,
+            evidence_id=body.evidence_id,
+            profile_id=body.profile_id,
+            thread_id=body.thread_id,
+            notes=body.notes,
+            request_id=idempotency_key,
+        )
+        if outcome.replayed:
+            response.status_code = 200
+            response.headers["Idempotent-Replayed"] = "true"
+        return OutcomeOut.of(outcome)
+
+    @app.get(
+        "/v1/nodes/{node_id}/outcomes/summary",
+        response_model=OutcomeSummaryOut,
+        tags=["maintenance"],
+        responses=_responses(401, 404, 422, 503),
+    )
+    async def outcome_summary(node_id: UUID, user_id: Owner) -> OutcomeSummaryOut:
+        """A memory's outcome counts, score and suggested stability."""
+        return OutcomeSummaryOut.of(await client.outcome_summary(node_id, user_id=user_id))
+
+    @app.get(
+        "/v1/maintenance/report",
+        response_model=ReportOut,
+        tags=["maintenance"],
+        responses=_responses(401, 422, 503),
+    )
+    async def maintenance_report(
+        user_id: Owner,
+        as_of: Annotated[datetime | None, Query(description="compute as of this time (default now)")] = None,
+    ) -> ReportOut:
+        """What maintenance recommends for the token owner's memories; changes nothing."""
+        rows = await client.maintenance_report(user_id=user_id, as_of=as_of)
+        return ReportOut(recommendations=[RecommendationOut.of(row) for row in rows])
+
+    @app.post(
+        "/v1/maintenance/patches",
+        status_code=201,
+        response_model=PatchOut,
+        tags=["maintenance"],
+        responses=_responses(401, 422, 503),
+    )
+    async def maintenance_patch(user_id: Owner, body: PatchIn | None = None) -> PatchOut:
+        """Store the actionable recommendations as a patch for review; changes no memory."""
+        return PatchOut.of(await client.maintenance_patch(user_id=user_id, as_of=body.as_of if body else None))
+
+    @app.get(
+        "/v1/maintenance/patches/{patch_id}",
+        response_model=PatchOut,
+        tags=["maintenance"],
+        responses=_responses(401, 404, 422, 503, s404="no such patch of the token's owner"),
+    )
+    async def get_patch(patch_id: UUID, user_id: Owner) -> PatchOut:
+        """A stored patch with each op's status."""
+        return PatchOut.of(await client.get_patch(patch_id, user_id=user_id))
+
+    @app.post(
+        "/v1/maintenance/patches/{patch_id}/apply",
+        response_model=ApplyOut,
+        tags=["maintenance"],
+        responses=_responses(
+            401, 404, 422, 503, s404="no such patch of the token's owner, or an op id not in the patch"
+        ),
+    )
+    async def apply_patch(patch_id: UUID, user_id: Owner, body: ApplyIn | None = None) -> ApplyOut:
+        """Apply ops of a patch: manual (exactly op_ids) or auto (decay and unreviewed increases); each op once."""
+        options = body or ApplyIn()
+        results = await client.apply_patch(patch_id, options.op_ids, user_id=user_id, mode=options.mode)
+        return ApplyOut(patch_id=patch_id, results=[AppliedOpOut.of(row) for row in results])
 
     return app

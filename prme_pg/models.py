@@ -14,12 +14,17 @@ from typing import Any
 from uuid import UUID
 
 __all__ = [
+    "AppliedOp",
     "AssembledPrompt",
     "Event",
     "JournalIssue",
     "JournalRecord",
+    "MaintenancePatch",
+    "MaintenanceRecommendation",
     "Node",
     "NodeHead",
+    "Outcome",
+    "OutcomeSummary",
     "PublishResult",
     "RecallHit",
     "ReplayResult",
@@ -199,3 +204,85 @@ class AssembledPrompt:
     truncated: bool
     generation_scopes: tuple[str, ...]
     generation_ids: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """An outcome event as ``prme.record_outcome`` returns it (``prme.outcome_view``).
+
+    ``replayed`` is true when a retry with the same ``request_id`` was answered from
+    its idempotency key (nothing was written).
+    """
+
+    id: UUID
+    user_id: str
+    node_id: UUID
+    outcome: str
+    weight: Decimal
+    evidence_id: UUID | None
+    profile_id: str | None
+    thread_id: str | None
+    notes: str | None
+    request_id: UUID | None
+    recorded_by: str
+    node_version: int
+    created_at: datetime
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeSummary:
+    """A memory's outcome counts, score and suggested stability (``prme.outcome_summary``)."""
+
+    explicit_reinforcements: int
+    implicit_successes: int
+    neutral_exposures: int
+    explicit_corrections: int
+    outcomes: int
+    score: Decimal
+    suggested_stability: str
+    last_outcome_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceRecommendation:
+    """One row of ``prme.maintenance_report``: what maintenance recommends for a memory."""
+
+    node_id: UUID
+    recommendations: tuple[str, ...]
+    lifecycle_state: str
+    stability: str
+    suggested_stability: str | None
+    confidence_base: Decimal
+    suggested_confidence: Decimal | None
+    next_review_at: datetime | None
+    overdue_cycles: int | None
+    decayed_cycles: int | None
+    explicit_reinforcements: int
+    implicit_successes: int
+    explicit_corrections: int
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenancePatch:
+    """A stored maintenance patch (``prme.patch_view``); ``ops`` are the JSON objects of
+    its ops (op_id, op, recommendation, target, updates, reason, risk, requires_review,
+    default_selected, status, applied_at, applied_mode), in op order."""
+
+    patch_id: UUID
+    created_at: datetime
+    as_of: datetime
+    ops: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedOp:
+    """What ``prme.apply_patch`` did with one op: ``status`` is applied, already_applied or
+    stale (``detail`` says why)."""
+
+    op_id: str
+    op: str
+    node_id: UUID
+    status: str
+    detail: str | None
+    node_version: int | None

@@ -23,12 +23,17 @@ from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
 from ..models import (
+    AppliedOp,
     AssembledPrompt,
     Event,
     JournalIssue,
     JournalRecord,
+    MaintenancePatch,
+    MaintenanceRecommendation,
     Node,
     NodeHead,
+    Outcome,
+    OutcomeSummary,
     PublishResult,
     RecallHit,
     ReplayResult,
@@ -38,6 +43,7 @@ from ..models import (
 __all__ = [
     "AddEvent",
     "AddNode",
+    "ApplyPatch",
     "ArchiveNode",
     "AssemblePrompt",
     "AsyncBackend",
@@ -45,12 +51,17 @@ __all__ = [
     "CreateApiToken",
     "CurrentSnapshot",
     "GetNode",
+    "GetPatch",
     "GetSnapshot",
     "JournalRecords",
     "ListNodes",
+    "MaintenancePatchRequest",
+    "MaintenanceReport",
+    "OutcomeSummaryRequest",
     "PublishSnapshot",
     "Readiness",
     "Recall",
+    "RecordOutcome",
     "Reinforce",
     "ReplayNode",
     "Request",
@@ -262,6 +273,62 @@ class AssemblePrompt(Request[AssembledPrompt]):
     user_id: str
     scopes: tuple[str, ...]
     budget_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome(Request[Outcome]):
+    """Append an outcome event to a memory of user_id (PostgreSQL only)."""
+
+    user_id: str
+    node_id: UUID
+    outcome: str
+    evidence_id: UUID | None
+    profile_id: str | None
+    thread_id: str | None
+    notes: str | None
+    request_id: UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeSummaryRequest(Request[OutcomeSummary]):
+    """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
+
+    user_id: str
+    node_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceReport(Request[list[MaintenanceRecommendation]]):
+    """Maintenance recommendations for the memories of user_id; changes nothing (PostgreSQL only)."""
+
+    user_id: str
+    as_of: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenancePatchRequest(Request[MaintenancePatch]):
+    """Store the actionable recommendations as a patch for review (PostgreSQL only)."""
+
+    user_id: str
+    as_of: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class GetPatch(Request[MaintenancePatch]):
+    """A stored maintenance patch of user_id with each op's status (PostgreSQL only)."""
+
+    user_id: str
+    patch_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyPatch(Request[list[AppliedOp]]):
+    """Apply ops of a patch: manual (exactly op_ids) or auto (op_ids None) (PostgreSQL only)."""
+
+    user_id: str
+    patch_id: UUID
+    op_ids: tuple[str, ...] | None
+    mode: str
 
 
 class SyncBackend(Protocol):

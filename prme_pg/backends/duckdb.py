@@ -40,18 +40,24 @@ from ..models import Event, JournalIssue, Node, ReplayResult
 from . import (
     AddEvent,
     AddNode,
+    ApplyPatch,
     ArchiveNode,
     AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
     CurrentSnapshot,
     GetNode,
+    GetPatch,
     GetSnapshot,
     JournalRecords,
     ListNodes,
+    MaintenancePatchRequest,
+    MaintenanceReport,
+    OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
     Recall,
+    RecordOutcome,
     Reinforce,
     ReplayNode,
     Request,
@@ -568,6 +574,18 @@ class DuckDBBackend:
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no full-text recall or "
                     "snapshots (open the client with a postgresql:// DSN)"
+                )
+            case (
+                RecordOutcome()
+                | OutcomeSummaryRequest()
+                | MaintenanceReport()
+                | MaintenancePatchRequest()
+                | GetPatch()
+                | ApplyPatch()
+            ):
+                raise PrmeError(
+                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no outcomes or maintenance "
+                    "(open the client with a postgresql:// DSN)"
                 )
             case _:
                 raise TypeError(f"not a prme_pg request: {request!r}")

@@ -31,22 +31,42 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import SQLSTATE_ERRORS, InvalidInput
-from ..models import AssembledPrompt, Event, JournalIssue, Node, PublishResult, RecallHit, ReplayResult, Snapshot
+from ..models import (
+    AppliedOp,
+    AssembledPrompt,
+    Event,
+    JournalIssue,
+    MaintenancePatch,
+    MaintenanceRecommendation,
+    Node,
+    Outcome,
+    OutcomeSummary,
+    PublishResult,
+    RecallHit,
+    ReplayResult,
+    Snapshot,
+)
 from . import (
     AddEvent,
     AddNode,
+    ApplyPatch,
     ArchiveNode,
     AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
     CurrentSnapshot,
     GetNode,
+    GetPatch,
     GetSnapshot,
     JournalRecords,
     ListNodes,
+    MaintenancePatchRequest,
+    MaintenanceReport,
+    OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
     Recall,
+    RecordOutcome,
     Reinforce,
     ReplayNode,
     Request,
@@ -161,6 +181,37 @@ ASSEMBLE_PROMPT: LiteralString = (
     "SELECT prompt, byte_size, item_count, truncated, generation_scopes, generation_ids "
     "FROM prme.assemble_prompt(user_id => %(user_id)s, scopes => %(scopes)s::text[], "
     "budget_bytes => %(budget_bytes)s::integer)"
+)
+RECORD_OUTCOME: LiteralString = (
+    "SELECT id, user_id, node_id, outcome, weight, evidence_id, profile_id, thread_id, notes, request_id, "
+    "recorded_by, node_version, created_at, replayed "
+    "FROM prme.record_outcome(user_id => %(user_id)s, node_id => %(node_id)s::uuid, outcome => %(outcome)s::text, "
+    "evidence_id => %(evidence_id)s::uuid, profile_id => %(profile_id)s::text, thread_id => %(thread_id)s::text, "
+    "notes => %(notes)s::text, request_id => %(request_id)s::uuid)"
+)
+OUTCOME_SUMMARY: LiteralString = (
+    "SELECT explicit_reinforcements, implicit_successes, neutral_exposures, explicit_corrections, outcomes, "
+    "score, suggested_stability, last_outcome_at "
+    "FROM prme.outcome_summary(user_id => %(user_id)s, node_id => %(node_id)s::uuid)"
+)
+MAINTENANCE_REPORT: LiteralString = (
+    "SELECT node_id, recommendations, lifecycle_state, stability, suggested_stability, confidence_base, "
+    "suggested_confidence, next_review_at, overdue_cycles, decayed_cycles, explicit_reinforcements, "
+    "implicit_successes, explicit_corrections "
+    "FROM prme.maintenance_report(user_id => %(user_id)s, as_of => %(as_of)s::timestamptz)"
+)
+MAINTENANCE_PATCH: LiteralString = (
+    "SELECT patch_id, created_at, as_of, ops "
+    "FROM prme.maintenance_patch(user_id => %(user_id)s, as_of => %(as_of)s::timestamptz)"
+)
+_PATCH_COLUMNS: LiteralString = "patch_id, created_at, as_of, ops"
+GET_PATCH: LiteralString = (
+    "SELECT " + _PATCH_COLUMNS + " FROM prme.get_patch(user_id => %(user_id)s, patch_id => %(patch_id)s::uuid)"
+)
+APPLY_PATCH: LiteralString = (
+    "SELECT op_id, op, node_id, status, detail, node_version "
+    "FROM prme.apply_patch(user_id => %(user_id)s, patch_id => %(patch_id)s::uuid, op_ids => %(op_ids)s::text[], "
+    "mode => %(mode)s::text)"
 )
 
 
@@ -413,6 +464,41 @@ def prompt_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMak
     return make
 
 
+def _dataclass_row(cls: Callable[..., T]) -> Callable[[psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]], RowMaker[T]]:
+    """Row factory: the columns by name into ``cls``; times as UTC, arrays as tuples."""
+
+    def factory(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[T]:
+        names = _names(cursor)
+
+        def make(values: Sequence[Any]) -> T:
+            fields: dict[str, Any] = {}
+            for name, value in zip(names, values, strict=True):
+                if isinstance(value, datetime):
+                    value = utc(value)
+                elif isinstance(value, list):
+                    value = tuple(value)
+                fields[name] = value
+            return cls(**fields)
+
+        return make
+
+    return factory
+
+
+outcome_row = _dataclass_row(Outcome)
+outcome_summary_row = _dataclass_row(OutcomeSummary)
+recommendation_row = _dataclass_row(MaintenanceRecommendation)
+applied_op_row = _dataclass_row(AppliedOp)
+
+
+def patch_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[MaintenancePatch]:
+    def make(values: Sequence[Any]) -> MaintenancePatch:
+        patch_id, created_at, as_of, ops = values
+        return MaintenancePatch(patch_id, utc(created_at), utc(as_of), tuple(ops or ()))
+
+    return make
+
+
 # -- requests as calls -------------------------------------------------------------
 
 
@@ -571,6 +657,43 @@ def statement(request: Request[T]) -> Call[T]:
                 ASSEMBLE_PROMPT,
                 {"user_id": request.user_id, "scopes": list(request.scopes), "budget_bytes": request.budget_bytes},
                 prompt_row,
+            )
+        case RecordOutcome():
+            call = Call(
+                RECORD_OUTCOME,
+                {
+                    "user_id": request.user_id,
+                    "node_id": request.node_id,
+                    "outcome": request.outcome,
+                    "evidence_id": request.evidence_id,
+                    "profile_id": request.profile_id,
+                    "thread_id": request.thread_id,
+                    "notes": request.notes,
+                    "request_id": request.request_id,
+                },
+                outcome_row,
+            )
+        case OutcomeSummaryRequest():
+            call = Call(OUTCOME_SUMMARY, {"user_id": request.user_id, "node_id": request.node_id}, outcome_summary_row)
+        case MaintenanceReport():
+            call = Call(
+                MAINTENANCE_REPORT, {"user_id": request.user_id, "as_of": request.as_of}, recommendation_row, _all
+            )
+        case MaintenancePatchRequest():
+            call = Call(MAINTENANCE_PATCH, {"user_id": request.user_id, "as_of": request.as_of}, patch_row)
+        case GetPatch():
+            call = Call(GET_PATCH, {"user_id": request.user_id, "patch_id": request.patch_id}, patch_row)
+        case ApplyPatch():
+            call = Call(
+                APPLY_PATCH,
+                {
+                    "user_id": request.user_id,
+                    "patch_id": request.patch_id,
+                    "op_ids": None if request.op_ids is None else list(request.op_ids),
+                    "mode": request.mode,
+                },
+                applied_op_row,
+                _all,
             )
         case _:
             raise TypeError(f"not a prme_pg request: {request!r}")
