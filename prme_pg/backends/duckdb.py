@@ -303,7 +303,7 @@ def valid_user_id(user_id: object) -> str:
         or user_id != user_id.strip(" ")
     ):
         raise InvalidInput("user_id must be 1 to 256 characters without control characters or surrounding spaces")
-    return user_id
+    return _utf8("user_id", user_id)
 
 
 def valid_name(argument: str, value: object) -> str:
@@ -317,6 +317,15 @@ def _no_nul(argument: str, value: str) -> str:
     # PostgreSQL text cannot hold NUL; psycopg refuses to send it. Same outcome here.
     if "\x00" in value:
         raise InvalidInput(f"{argument} must not contain NUL (0x00) characters")
+    return _utf8(argument, value)
+
+
+def _utf8(argument: str, value: str) -> str:
+    # A lone surrogate has no UTF-8 form; refuse it here, typed, before duckdb does untyped.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{argument} is not valid Unicode: {exc.reason}") from exc
     return value
 
 
@@ -356,7 +365,7 @@ def valid_payload(payload: object) -> str:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload must be a JSON object ({exc})") from exc
-    if len(text.encode("utf-8", "surrogatepass")) > _MAX_TEXT_BYTES:
+    if len(_utf8("payload", text).encode("utf-8")) > _MAX_TEXT_BYTES:
         raise InvalidInput("payload must be at most 65536 bytes of JSON")
     if "\\u0000" in text:
         # jsonb refuses \u0000 (SQLSTATE 22P05); keep the engines alike.

@@ -75,6 +75,13 @@ from . import (
     journal_rows,
 )
 
+
+def _json_dumps(value: object) -> str:
+    # ensure_ascii=False: text goes as UTF-8, so a lone surrogate fails to encode and is
+    # refused, instead of travelling as a \ud800 escape that jsonb would reinterpret.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
 __all__ = [
     "ADD_EVENT",
     "ADD_NODE",
@@ -566,7 +573,7 @@ def statement(request: Request[T]) -> Call[T]:
                     "scope": request.scope,
                     "namespace": request.namespace,
                     "kind": request.kind,
-                    "payload": Jsonb(request.payload),
+                    "payload": Jsonb(request.payload, dumps=_json_dumps),
                     "occurred_at": request.occurred_at,
                     "event_id": request.event_id,
                 },

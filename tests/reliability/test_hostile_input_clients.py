@@ -24,7 +24,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import psycopg
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -123,14 +122,12 @@ def _report(figures: Any) -> Iterator[None]:
     yield
     for (backend, _test), counts in sorted(TRIED.items()):
         total = sum(counts.values())
-        refused = sum(v for k, v in counts.items() if k.startswith("refused ") and "known" not in k)
-        known = sum(v for k, v in counts.items() if "known" in k)
+        refused = sum(v for k, v in counts.items() if k.startswith("refused "))
         figures(
             f"5 hostile input (Python client, {backend})",
             inputs_tried=total,
             refused_typed=refused,
-            stored_read_back_exactly=total - refused - known,
-            known_bug_outcomes=known,
+            stored_read_back_exactly=total - refused,
         )
 
 
@@ -143,28 +140,12 @@ def changed(before: State, after: State) -> dict[str, int]:
     return {t: after[t][0] - before.get(t, (0, ""))[0] for t in after if t in CORE_TABLES and after[t] != before.get(t)}
 
 
-def _known_duckdb_surrogate_bug(target: Target, exc: Exception) -> bool:
-    """The DuckDB backend lets duckdb.InvalidInputException ("cannot encode str as UTF-8,
-    surrogate ...") escape for a lone surrogate in a text argument, where PostgreSQL raises
-    InvalidInput. Tolerated here (nothing may change); test_lone_surrogate_is_invalid_input
-    below is a strict xfail that fails once it is fixed, so this tolerance is then removed."""
-    return (
-        target.backend == "duckdb"
-        and isinstance(exc, duckdb.InvalidInputException)
-        and "cannot encode str as UTF-8, surrogate" in str(exc)
-    )
-
-
 def attempt(target: Target, test: str, call: Callable[[], Any]) -> tuple[bool, Any, State]:
     """(refused?, result, state before). A refusal must be typed and change nothing."""
     before = target.state()
     refusal: str | None = None
     try:
         result = call()
-    except duckdb.InvalidInputException as exc:
-        if not _known_duckdb_surrogate_bug(target, exc):
-            raise
-        refusal, result = "refused untyped (known DuckDB surrogate bug)", InvalidInput(str(exc))
     except TYPED as exc:
         refusal, result = f"refused {type(exc).__name__}", exc
     if refusal is not None:
@@ -220,11 +201,6 @@ def test_hostile_text_in_add_event(target: Target, argument: str, value: str) ->
             assert MODEL.get(argument, MODEL["content"])(value) is not True, f"{argument}={value!r}: {event}"
         return
     if argument == "payload":
-        if target.backend == "postgres" and _has_surrogate(value) and event.payload != args["payload"]:
-            # Known bug (see test_surrogate_pair_in_payload_is_refused_on_postgres): stored
-            # altered, a pair of lone surrogates merged into one character. Counted apart.
-            target.tried("add_event text", "stored ALTERED (known PostgreSQL payload surrogate bug)")
-            return
         assert event.payload == args["payload"], "payload not read back exactly"
     else:
         assert getattr(event, argument) == value
@@ -232,26 +208,12 @@ def test_hostile_text_in_add_event(target: Target, argument: str, value: str) ->
 
 
 @pytest.mark.parametrize("argument", ["content", "user_id"])
-@pytest.mark.xfail(
-    strict=True,
-    raises=duckdb.InvalidInputException,
-    reason="bug: the DuckDB backend raises duckdb.InvalidInputException, not InvalidInput, for a lone surrogate",
-)
 def test_lone_surrogate_is_invalid_input_on_duckdb(tmp_path: Path, argument: str) -> None:
     args: dict[str, Any] = {"content": "a memory", "user_id": "carol", argument: "x\udfffy"}
     with MemoryClient(tmp_path / "pack") as client, pytest.raises(InvalidInput):
         client.add_node(args.pop("content"), **args)
 
 
-def _has_surrogate(value: str) -> bool:
-    return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: PostgresBackend sends payload through Jsonb's default json.dumps (ensure_ascii=True): "
-    "two lone surrogates become a \\ud800\\udc00 escape pair that jsonb stores as U+10000",
-)
 def test_surrogate_pair_in_payload_is_refused_on_postgres(module_db: str) -> None:
     with MemoryClient(module_db, min_size=1, max_size=1) as client:
         try:
