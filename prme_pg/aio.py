@@ -30,8 +30,10 @@ from .backends import (
     CurrentSnapshot,
     GetNode,
     GetPatch,
+    GetReceipt,
     GetSnapshot,
     JournalRecords,
+    LedgerStatusRequest,
     MaintenancePatchRequest,
     MaintenanceReport,
     OutcomeSummaryRequest,
@@ -53,11 +55,13 @@ from .client import (
     check_pack_options,
     check_page_size,
     list_nodes_request,
+    operation_events_request,
     parse_time,
     parse_uuid,
     recall_request,
     record_outcome_request,
     reinforce_request,
+    submit_operation_request,
 )
 from .journal import verify_records
 from .models import (
@@ -66,14 +70,17 @@ from .models import (
     Event,
     JournalIssue,
     JournalRecord,
+    LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
     Node,
     NodeHead,
+    OperationEvent,
     Outcome,
     OutcomeSummary,
     PublishResult,
     RecallHit,
+    Receipt,
     ReplayResult,
     Snapshot,
 )
@@ -374,3 +381,42 @@ class AsyncMemoryClient:
     ) -> list[AppliedOp]:
         """Apply ops of a patch, manual or auto; each op at most once (PostgreSQL only)."""
         return await self._backend.execute(apply_patch_request(patch_id, op_ids, user_id, mode))
+
+    # -- the operations ledger (PostgreSQL only; docs/LEDGER.md) --
+
+    async def submit_operation(
+        self,
+        operation_id: UUID | str,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        user_id: str,
+        dependencies: Iterable[UUID | str] = (),
+        payload_hash: str | None = None,
+        schema_version: int = 2,
+    ) -> Receipt:
+        """Durably accept an operation into the ledger; see :meth:`MemoryClient.submit_operation`."""
+        return await self._backend.execute(
+            submit_operation_request(operation_id, kind, payload, user_id, dependencies, payload_hash, schema_version)
+        )
+
+    async def get_receipt(self, operation_id: UUID | str, *, user_id: str) -> Receipt:
+        """The receipt of an operation as it stands now (PostgreSQL only)."""
+        return await self._backend.execute(
+            GetReceipt(user_id=user_id, operation_id=parse_uuid("operation_id", operation_id))
+        )
+
+    async def operation_events(
+        self,
+        *,
+        user_id: str,
+        after_seq: int = 0,
+        operation_id: UUID | str | None = None,
+        max_count: int = 100,
+    ) -> list[OperationEvent]:
+        """Events of the owner's operations (or of one) with ``seq > after_seq``, in order (PostgreSQL only)."""
+        return await self._backend.execute(operation_events_request(user_id, after_seq, operation_id, max_count))
+
+    async def ledger_status(self) -> LedgerStatus:
+        """Whether the ledger accepts submits, and the executor's backlog (PostgreSQL only)."""
+        return await self._backend.execute(LedgerStatusRequest())

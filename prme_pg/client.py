@@ -17,6 +17,7 @@ engine validates everything else, with the same rules on both backends.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
@@ -26,6 +27,7 @@ from typing import Any, Self, cast
 from uuid import UUID
 
 import psycopg
+import rfc8785
 from psycopg_pool import ConnectionPool
 
 from .backends import (
@@ -39,11 +41,14 @@ from .backends import (
     CurrentSnapshot,
     GetNode,
     GetPatch,
+    GetReceipt,
     GetSnapshot,
     JournalRecords,
+    LedgerStatusRequest,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
+    OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
@@ -52,6 +57,7 @@ from .backends import (
     Reinforce,
     ReplayNode,
     RevokeApiToken,
+    SubmitOperation,
     SyncBackend,
     VerifyJournal,
 )
@@ -65,14 +71,17 @@ from .models import (
     Event,
     JournalIssue,
     JournalRecord,
+    LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
     Node,
     NodeHead,
+    OperationEvent,
     Outcome,
     OutcomeSummary,
     PublishResult,
     RecallHit,
+    Receipt,
     ReplayResult,
     Snapshot,
 )
@@ -264,6 +273,54 @@ def apply_patch_request(
             except TypeError:
                 raise InvalidInput(f"op_ids must be a list of op ids, got {op_ids!r}") from None
     return ApplyPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id), op_ids=ids, mode=mode)
+
+
+def payload_hash_of(payload: Mapping[str, Any]) -> str:
+    """sha256 hex of the RFC 8785 canonical form of ``payload`` (what ``prme.submit_operation`` recomputes)."""
+    try:
+        canonical = rfc8785.dumps(payload)
+    except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload has no RFC 8785 form: {exc}") from None
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def submit_operation_request(
+    operation_id: UUID | str,
+    kind: str,
+    payload: Mapping[str, Any],
+    user_id: str,
+    dependencies: Iterable[UUID | str],
+    payload_hash: str | None,
+    schema_version: int,
+) -> SubmitOperation:
+    if not isinstance(payload, Mapping):
+        raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
+    if isinstance(dependencies, str | UUID):
+        raise InvalidInput("dependencies must be a list of operation ids")
+    try:
+        deps = tuple(parse_uuid("dependencies", d) for d in dependencies)
+    except TypeError:
+        raise InvalidInput(f"dependencies must be a list of operation ids, got {dependencies!r}") from None
+    return SubmitOperation(
+        user_id=user_id,
+        operation_id=parse_uuid("operation_id", operation_id),
+        schema_version=schema_version,
+        kind=kind,
+        dependencies=deps,
+        payload_hash=payload_hash_of(payload) if payload_hash is None else payload_hash,
+        payload=dict(payload),
+    )
+
+
+def operation_events_request(
+    user_id: str, after_seq: int, operation_id: UUID | str | None, max_count: int
+) -> OperationEvents:
+    return OperationEvents(
+        user_id=user_id,
+        after_seq=after_seq,
+        operation_id=parse_optional_uuid("operation_id", operation_id),
+        max_count=max_count,
+    )
 
 
 def check_page_size(page_size: int) -> int:
@@ -604,6 +661,51 @@ class MemoryClient:
         that need no review. Each op applies at most once: applied, already_applied or stale.
         """
         return self._backend.execute(apply_patch_request(patch_id, op_ids, user_id, mode))
+
+    # -- the operations ledger (PostgreSQL only; docs/LEDGER.md) --
+
+    def submit_operation(
+        self,
+        operation_id: UUID | str,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        user_id: str,
+        dependencies: Iterable[UUID | str] = (),
+        payload_hash: str | None = None,
+        schema_version: int = 2,
+    ) -> Receipt:
+        """Durably accept an operation into the ledger (``prme.submit_operation``; PostgreSQL only).
+
+        ``payload_hash`` defaults to the sha256 hex of the payload's RFC 8785 form. A new
+        ``operation_id`` returns the receipt with ``created=True``; the same id with the same
+        operation returns the stored receipt (``created=False``); the same id with anything
+        else raises :class:`IdempotencyConflict`.
+        """
+        return self._backend.execute(
+            submit_operation_request(operation_id, kind, payload, user_id, dependencies, payload_hash, schema_version)
+        )
+
+    def get_receipt(self, operation_id: UUID | str, *, user_id: str) -> Receipt:
+        """The receipt of an operation as it stands now; :class:`NotFoundError` when unknown to
+        this owner (PostgreSQL only)."""
+        return self._backend.execute(GetReceipt(user_id=user_id, operation_id=parse_uuid("operation_id", operation_id)))
+
+    def operation_events(
+        self,
+        *,
+        user_id: str,
+        after_seq: int = 0,
+        operation_id: UUID | str | None = None,
+        max_count: int = 100,
+    ) -> list[OperationEvent]:
+        """Events of the owner's operations (or of one) with ``seq > after_seq``, in order; pass
+        the last ``seq`` seen to resume without gap or duplicate (PostgreSQL only)."""
+        return self._backend.execute(operation_events_request(user_id, after_seq, operation_id, max_count))
+
+    def ledger_status(self) -> LedgerStatus:
+        """Whether the ledger accepts submits, and the executor's backlog (PostgreSQL only)."""
+        return self._backend.execute(LedgerStatusRequest())
 
 
 class _BorrowedPool(PostgresBackend):

@@ -10,6 +10,8 @@ confirmation with the same ``Idempotency-Key`` counts once and is answered with
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -20,7 +22,7 @@ from uuid import UUID
 import psycopg
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
@@ -33,13 +35,16 @@ from .models import (
     AppliedOp,
     AssembledPrompt,
     Event,
+    LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
     Node,
+    OperationEvent,
     Outcome,
     OutcomeSummary,
     PublishResult,
     RecallHit,
+    Receipt,
     Snapshot,
 )
 from .tokens import parse_token
@@ -47,6 +52,12 @@ from .tokens import parse_token
 __all__ = ["create_app"]
 
 PROBLEM_JSON = "application/problem+json"
+EVENT_STREAM = "text/event-stream"
+# Server-Sent Events: history first, then new events by polling every POLL_SECONDS, until
+# max_seconds have passed (so every client and test ends); a reconnect resumes from Last-Event-ID.
+POLL_SECONDS = 0.5
+STREAM_BATCH = 1000
+MAX_STREAM_SECONDS = 300
 ERROR_TYPE = "urn:prme-pg:error:"
 
 # Decimals go out as JSON numbers (0.65, not "0.65"); they are numeric(5,4), so a
@@ -354,6 +365,62 @@ class ApplyOut(BaseModel):
     results: list[AppliedOpOut]
 
 
+class OperationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    operation_id: UUID = Field(description="caller-generated and stable: a retry reuses it")
+    schema_version: int = Field(ge=-(2**31), le=2**31 - 1, description="must be 2")
+    kind: str = Field(description="add_node, add_event, reinforce or archive_node")
+    dependencies: list[UUID] = Field(default_factory=list, description="operations this one waits for")
+    payload_hash: str = Field(description="sha256 hex of the payload's RFC 8785 canonical form")
+    payload: dict[str, Any]
+
+
+class ReceiptOut(BaseModel):
+    operation_id: UUID
+    kind: str
+    payload_hash: str
+    dependencies: list[UUID]
+    state: str = Field(description="accepted, blocked, processing, committed or rejected")
+    blocked_by: list[UUID]
+    result: Any = Field(default=None, description="set once committed")
+    error: Any = Field(default=None, description="set once rejected, and while a transient failure is retried")
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+    created: bool = Field(description="true only for the submit that accepted the operation")
+
+    @classmethod
+    def of(cls, receipt: Receipt) -> ReceiptOut:
+        fields = {name: getattr(receipt, name) for name in cls.model_fields}
+        fields["dependencies"] = list(receipt.dependencies)
+        fields["blocked_by"] = list(receipt.blocked_by)
+        return cls(**fields)
+
+
+class LedgerReadiness(BaseModel):
+    accepting: bool = Field(description="this server accepts submits (not a read-only standby)")
+    ready: int = Field(description="accepted operations waiting for the executor")
+    blocked: int = Field(description="operations waiting for their dependencies")
+    processing: int = Field(description="operations claimed or being retried")
+    pending: int = Field(description="ready + blocked + processing")
+    oldest_ready_at: datetime | None
+    oldest_ready_age_seconds: float | None = Field(description="age of the oldest unfinished claimable operation")
+
+    @classmethod
+    def of(cls, status: LedgerStatus) -> LedgerReadiness:
+        age = status.oldest_ready_age
+        return cls(
+            accepting=status.accepting,
+            ready=status.ready,
+            blocked=status.blocked,
+            processing=status.processing,
+            pending=status.ready + status.blocked + status.processing,
+            oldest_ready_at=status.oldest_ready_at,
+            oldest_ready_age_seconds=None if age is None else age.total_seconds(),
+        )
+
+
 class Health(BaseModel):
     status: str
     version: str
@@ -364,6 +431,9 @@ class Readiness(BaseModel):
     accepts_writes: bool
     migrations_current: bool
     detail: str
+    ledger: LedgerReadiness | None = Field(
+        default=None, description="the operations ledger's backlog; null when it cannot be read"
+    )
 
 
 def _problem(status: int, code: str, title: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -387,6 +457,44 @@ def _responses(*statuses: int, **overrides: str) -> dict[int | str, dict[str, An
             "content": {PROBLEM_JSON: {}},
         }
         for status in statuses
+    }
+
+
+def _sse(event: OperationEvent) -> str:
+    """One event as a Server-Sent Events message: id is the stream position (seq)."""
+    data = {
+        "seq": event.seq,
+        "operation_id": str(event.operation_id),
+        "operation_seq": event.operation_seq,
+        "state": event.state,
+        "detail": event.detail,
+        "created_at": event.created_at.isoformat(),
+    }
+    return f"id: {event.seq}\nevent: operation\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def _resume_after(last_event_id: str | None, after: int) -> int:
+    """Where a stream starts: Last-Event-ID (a reconnect) wins over ?after=."""
+    if last_event_id is None or not last_event_id.strip():
+        return after
+    text = last_event_id.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 19 or int(text) > 2**63 - 1:
+        raise InvalidInput(f"Last-Event-ID must be an event seq (a non-negative integer), got {last_event_id[:40]!r}")
+    return int(text)
+
+
+def _stream_responses() -> dict[int | str, dict[str, Any]]:
+    return {
+        **_responses(401, 404, 422, 503, s404="no such operation of the token's owner"),
+        200: {
+            "description": (
+                "Server-Sent Events, one per state change: `id:` is the event's seq, `event: operation`, "
+                "`data:` a JSON object {seq, operation_id, operation_seq, state, detail, created_at}. "
+                "History first, then live events, until max_seconds have passed. Reconnect with "
+                "Last-Event-ID (or ?after=) to resume with no gap and no duplicate."
+            ),
+            "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
+        },
     }
 
 
@@ -427,6 +535,11 @@ async def current_owner(
 
 
 Owner = Annotated[str, Depends(current_owner)]
+
+
+After = Annotated[int, Query(ge=0, le=2**63 - 1, description="resume after this seq (Last-Event-ID wins)")]
+MaxSeconds = Annotated[float, Query(ge=0, le=MAX_STREAM_SECONDS, description="end the stream after this many seconds")]
+LastEventId = Annotated[str | None, Header(alias="Last-Event-ID", description="the last seq received; resume after it")]
 
 
 def create_app(client: AsyncMemoryClient) -> FastAPI:
@@ -504,11 +617,17 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
             problems.append(f"migrations differ: database has {len(applied)}, release has {len(expected_migrations)}")
         if problems:
             response.status_code = 503
+        ledger: LedgerReadiness | None = None
+        try:
+            ledger = LedgerReadiness.of(await client.ledger_status())
+        except (psycopg.Error, PoolTimeout, PrmeError):
+            ledger = None  # e.g. a database without the ledger's migrations: readiness says so already
         return Readiness(
             ready=not problems,
             accepts_writes=accepts_writes,
             migrations_current=current,
             detail="; ".join(problems) or "ready",
+            ledger=ledger,
         )
 
     @app.post(
@@ -733,5 +852,98 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
         options = body or ApplyIn()
         results = await client.apply_patch(patch_id, options.op_ids, user_id=user_id, mode=options.mode)
         return ApplyOut(patch_id=patch_id, results=[AppliedOpOut.of(row) for row in results])
+
+    @app.post(
+        "/api/v2/operations",
+        status_code=202,
+        response_model=ReceiptOut,
+        tags=["ledger"],
+        responses={
+            **_responses(
+                401, 409, 422, 503, s409="operation_id was already used for another operation (nothing changed)"
+            ),
+            202: {"description": "accepted: the operation is durably in the ledger (created: true)"},
+            200: {"description": "the same operation was submitted before: its stored receipt", "model": ReceiptOut},
+        },
+    )
+    async def submit_operation(body: OperationIn, user_id: Owner, response: Response) -> ReceiptOut:
+        """Hand a write to the ledger (docs/LEDGER.md). A retry with the same operation_id and
+        payload_hash is answered with the stored receipt."""
+        receipt = await client.submit_operation(
+            body.operation_id,
+            body.kind,
+            body.payload,
+            user_id=user_id,
+            dependencies=body.dependencies,
+            payload_hash=body.payload_hash,
+            schema_version=body.schema_version,
+        )
+        if not receipt.created:
+            response.status_code = 200
+        return ReceiptOut.of(receipt)
+
+    @app.get(
+        "/api/v2/operations/{operation_id}",
+        response_model=ReceiptOut,
+        tags=["ledger"],
+        responses=_responses(401, 404, 422, 503, s404="no such operation of the token's owner"),
+    )
+    async def get_receipt(operation_id: UUID, user_id: Owner) -> ReceiptOut:
+        """The receipt of an operation as it stands now."""
+        return ReceiptOut.of(await client.get_receipt(operation_id, user_id=user_id))
+
+    async def _stream(
+        user_id: str, operation_id: UUID | None, after_seq: int, max_seconds: float
+    ) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_seconds
+        yield ": prme-pg operation events\n\n"
+        while True:
+            events = await client.operation_events(
+                user_id=user_id, after_seq=after_seq, operation_id=operation_id, max_count=STREAM_BATCH
+            )
+            for event in events:
+                yield _sse(event)
+                after_seq = event.seq
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            if len(events) < STREAM_BATCH:
+                await asyncio.sleep(min(POLL_SECONDS, remaining))
+
+    def _event_stream(user_id: str, operation_id: UUID | None, after_seq: int, max_seconds: float) -> StreamingResponse:
+        return StreamingResponse(
+            _stream(user_id, operation_id, after_seq, max_seconds),
+            media_type=EVENT_STREAM,
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get(
+        "/api/v2/operations/{operation_id}/events",
+        response_class=StreamingResponse,
+        tags=["ledger"],
+        responses=_stream_responses(),
+    )
+    async def operation_events(
+        operation_id: UUID,
+        user_id: Owner,
+        after: After = 0,
+        max_seconds: MaxSeconds = 30,
+        last_event_id: LastEventId = None,
+    ) -> StreamingResponse:
+        """The events of one operation as Server-Sent Events (docs/LEDGER.md)."""
+        start = _resume_after(last_event_id, after)
+        await client.get_receipt(operation_id, user_id=user_id)  # 404 before the stream starts
+        return _event_stream(user_id, operation_id, start, max_seconds)
+
+    @app.get("/api/v2/events", response_class=StreamingResponse, tags=["ledger"], responses=_stream_responses())
+    async def events(
+        user_id: Owner,
+        after: After = 0,
+        max_seconds: MaxSeconds = 30,
+        last_event_id: LastEventId = None,
+    ) -> StreamingResponse:
+        """The events of all the token owner's operations as Server-Sent Events, in seq order."""
+        return _event_stream(user_id, None, _resume_after(last_event_id, after), max_seconds)
 
     return app

@@ -8,7 +8,7 @@ UTC :class:`~datetime.datetime`, ids are :class:`~uuid.UUID`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -19,14 +19,17 @@ __all__ = [
     "Event",
     "JournalIssue",
     "JournalRecord",
+    "LedgerStatus",
     "MaintenancePatch",
     "MaintenanceRecommendation",
     "Node",
     "NodeHead",
+    "OperationEvent",
     "Outcome",
     "OutcomeSummary",
     "PublishResult",
     "RecallHit",
+    "Receipt",
     "ReplayResult",
     "Snapshot",
 ]
@@ -286,3 +289,58 @@ class AppliedOp:
     status: str
     detail: str | None
     node_version: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The receipt of a ledger operation (``prme.submit_operation`` / ``prme.get_receipt``).
+
+    ``state`` is accepted, blocked, processing, committed or rejected (the last two are
+    terminal). ``created`` is true only for the submit that accepted the operation.
+    """
+
+    operation_id: UUID
+    kind: str
+    payload_hash: str
+    dependencies: tuple[UUID, ...]
+    state: str
+    blocked_by: tuple[UUID, ...]
+    result: Any
+    error: Any
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OperationEvent:
+    """One state change of a ledger operation (``prme.operation_events``).
+
+    ``seq`` orders an owner's stream (pass the last one seen as ``after_seq`` to resume);
+    ``operation_seq`` numbers the events of one operation from 1.
+    """
+
+    seq: int
+    operation_id: UUID
+    operation_seq: int
+    state: str
+    detail: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStatus:
+    """The ledger's readiness across owners (``prme.ledger_status``).
+
+    ``accepting``: this server accepts submits; ``ready``, ``blocked``, ``processing``: the
+    executor's backlog; ``oldest_ready_at`` / ``oldest_ready_age``: the oldest unfinished
+    claimable operation (None when there is none).
+    """
+
+    accepting: bool
+    ready: int
+    blocked: int
+    processing: int
+    oldest_ready_at: datetime | None
+    oldest_ready_age: timedelta | None

@@ -94,7 +94,9 @@ def test_health_needs_no_token_and_everything_else_does(api: Api) -> None:
     with api.client(api.alice) as http:
         ready = http.get("/ready")
         assert ready.status_code == 200
-        assert ready.json() == {"ready": True, "accepts_writes": True, "migrations_current": True, "detail": "ready"}
+        body = ready.json()
+        assert body.pop("ledger")["accepting"] is True  # the ledger's backlog: tests/test_ledger_surfaces.py
+        assert body == {"ready": True, "accepts_writes": True, "migrations_current": True, "detail": "ready"}
 
 
 def test_revoked_token_is_refused(api: Api) -> None:
@@ -234,7 +236,10 @@ def test_openapi_contract_holds_under_fuzzing(api: Api) -> None:
     integration needs the schema at import time, before this test's server runs).
     """
     schema = schemathesis.openapi.from_url(f"{api.base}/openapi.json")
-    operations = [result.ok() for result in schema.get_all_operations()]
+    # The Server-Sent Events routes stream until max_seconds (up to 300) have passed, which
+    # generated cases would wait out; tests/test_ledger_surfaces.py covers them instead.
+    streams = {"GET /api/v2/events", "GET /api/v2/operations/{operation_id}/events"}
+    operations = [op for op in (result.ok() for result in schema.get_all_operations()) if op.label not in streams]
     assert {op.label for op in operations} >= {
         "GET /health",
         "GET /ready",

@@ -28,14 +28,17 @@ from ..models import (
     Event,
     JournalIssue,
     JournalRecord,
+    LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
     Node,
     NodeHead,
+    OperationEvent,
     Outcome,
     OutcomeSummary,
     PublishResult,
     RecallHit,
+    Receipt,
     ReplayResult,
     Snapshot,
 )
@@ -52,11 +55,14 @@ __all__ = [
     "CurrentSnapshot",
     "GetNode",
     "GetPatch",
+    "GetReceipt",
     "GetSnapshot",
     "JournalRecords",
+    "LedgerStatusRequest",
     "ListNodes",
     "MaintenancePatchRequest",
     "MaintenanceReport",
+    "OperationEvents",
     "OutcomeSummaryRequest",
     "PublishSnapshot",
     "Readiness",
@@ -66,6 +72,7 @@ __all__ = [
     "ReplayNode",
     "Request",
     "RevokeApiToken",
+    "SubmitOperation",
     "SyncBackend",
     "VerifyJournal",
     "journal_rows",
@@ -329,6 +336,42 @@ class ApplyPatch(Request[list[AppliedOp]]):
     patch_id: UUID
     op_ids: tuple[str, ...] | None
     mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitOperation(Request[Receipt]):
+    """Durably accept an operation of user_id into the ledger (PostgreSQL only)."""
+
+    user_id: str
+    operation_id: UUID
+    schema_version: int
+    kind: str
+    dependencies: tuple[UUID, ...]
+    payload_hash: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GetReceipt(Request[Receipt]):
+    """The receipt of an operation of user_id as it stands now (PostgreSQL only)."""
+
+    user_id: str
+    operation_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class OperationEvents(Request[list[OperationEvent]]):
+    """Events of user_id's operations (or one operation) after after_seq, in seq order (PostgreSQL only)."""
+
+    user_id: str
+    after_seq: int
+    operation_id: UUID | None
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStatusRequest(Request[LedgerStatus]):
+    """The ledger's readiness and the executor's backlog across owners (PostgreSQL only)."""
 
 
 class SyncBackend(Protocol):

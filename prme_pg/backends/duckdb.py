@@ -48,11 +48,14 @@ from . import (
     CurrentSnapshot,
     GetNode,
     GetPatch,
+    GetReceipt,
     GetSnapshot,
     JournalRecords,
+    LedgerStatusRequest,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
+    OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
@@ -62,6 +65,7 @@ from . import (
     ReplayNode,
     Request,
     RevokeApiToken,
+    SubmitOperation,
     VerifyJournal,
     journal_rows,
 )
@@ -594,6 +598,11 @@ class DuckDBBackend:
             ):
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no outcomes or maintenance "
+                    "(open the client with a postgresql:// DSN)"
+                )
+            case SubmitOperation() | GetReceipt() | OperationEvents() | LedgerStatusRequest():
+                raise PrmeError(
+                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no operations ledger "
                     "(open the client with a postgresql:// DSN)"
                 )
             case _:

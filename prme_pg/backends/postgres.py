@@ -36,13 +36,16 @@ from ..models import (
     AssembledPrompt,
     Event,
     JournalIssue,
+    LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
     Node,
+    OperationEvent,
     Outcome,
     OutcomeSummary,
     PublishResult,
     RecallHit,
+    Receipt,
     ReplayResult,
     Snapshot,
 )
@@ -57,11 +60,14 @@ from . import (
     CurrentSnapshot,
     GetNode,
     GetPatch,
+    GetReceipt,
     GetSnapshot,
     JournalRecords,
+    LedgerStatusRequest,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
+    OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
@@ -71,6 +77,7 @@ from . import (
     ReplayNode,
     Request,
     RevokeApiToken,
+    SubmitOperation,
     VerifyJournal,
     journal_rows,
 )
@@ -219,6 +226,29 @@ APPLY_PATCH: LiteralString = (
     "SELECT op_id, op, node_id, status, detail, node_version "
     "FROM prme.apply_patch(user_id => %(user_id)s, patch_id => %(patch_id)s::uuid, op_ids => %(op_ids)s::text[], "
     "mode => %(mode)s::text)"
+)
+
+_RECEIPT_COLUMNS: LiteralString = (
+    "operation_id, kind, payload_hash, dependencies, state, blocked_by, result, error, attempts, created_at, "
+    "updated_at, created"
+)
+SUBMIT_OPERATION: LiteralString = (
+    "SELECT " + _RECEIPT_COLUMNS + " FROM prme.submit_operation(user_id => %(user_id)s, "
+    "operation_id => %(operation_id)s::uuid, schema_version => %(schema_version)s::integer, kind => %(kind)s::text, "
+    "dependencies => %(dependencies)s::uuid[], payload_hash => %(payload_hash)s::text, payload => %(payload)s::jsonb)"
+)
+GET_RECEIPT: LiteralString = (
+    "SELECT "
+    + _RECEIPT_COLUMNS
+    + " FROM prme.get_receipt(user_id => %(user_id)s, operation_id => %(operation_id)s::uuid)"
+)
+OPERATION_EVENTS: LiteralString = (
+    "SELECT seq, operation_id, operation_seq, state, detail, created_at "
+    "FROM prme.operation_events(user_id => %(user_id)s, after_seq => %(after_seq)s::bigint, "
+    "operation_id => %(operation_id)s::uuid, max_count => %(max_count)s::integer)"
+)
+LEDGER_STATUS: LiteralString = (
+    "SELECT accepting, ready, blocked, processing, oldest_ready_at, oldest_ready_age FROM prme.ledger_status()"
 )
 
 
@@ -497,6 +527,10 @@ outcome_summary_row = _dataclass_row(OutcomeSummary)
 recommendation_row = _dataclass_row(MaintenanceRecommendation)
 applied_op_row = _dataclass_row(AppliedOp)
 
+receipt_row = _dataclass_row(Receipt)
+operation_event_row = _dataclass_row(OperationEvent)
+ledger_status_row = _dataclass_row(LedgerStatus)
+
 
 def patch_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[MaintenancePatch]:
     def make(values: Sequence[Any]) -> MaintenancePatch:
@@ -702,6 +736,36 @@ def statement(request: Request[T]) -> Call[T]:
                 applied_op_row,
                 _all,
             )
+        case SubmitOperation():
+            call = Call(
+                SUBMIT_OPERATION,
+                {
+                    "user_id": request.user_id,
+                    "operation_id": request.operation_id,
+                    "schema_version": request.schema_version,
+                    "kind": request.kind,
+                    "dependencies": list(request.dependencies),
+                    "payload_hash": request.payload_hash,
+                    "payload": Jsonb(request.payload, dumps=_json_dumps),
+                },
+                receipt_row,
+            )
+        case GetReceipt():
+            call = Call(GET_RECEIPT, {"user_id": request.user_id, "operation_id": request.operation_id}, receipt_row)
+        case OperationEvents():
+            call = Call(
+                OPERATION_EVENTS,
+                {
+                    "user_id": request.user_id,
+                    "after_seq": request.after_seq,
+                    "operation_id": request.operation_id,
+                    "max_count": request.max_count,
+                },
+                operation_event_row,
+                _all,
+            )
+        case LedgerStatusRequest():
+            call = Call(LEDGER_STATUS, {}, ledger_status_row)
         case _:
             raise TypeError(f"not a prme_pg request: {request!r}")
     return cast(Call[T], call)

@@ -1,0 +1,366 @@
+"""The operations ledger through both clients and the HTTP API (real PostgreSQL; HTTP over
+a real socket): submit and receipt rules, owner isolation, /ready's backlog, and the
+Server-Sent Events streams with resume. The SQL itself is tested in the ledger's own tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import rfc8785
+import uvicorn
+
+from prme_pg import (
+    AsyncMemoryClient,
+    IdempotencyConflict,
+    InvalidInput,
+    LedgerStatus,
+    MemoryClient,
+    NotFoundError,
+    OperationEvent,
+    PrmeError,
+    Receipt,
+)
+from prme_pg.http import create_app
+from tests.test_http import Api, _free_port, _problem
+
+
+def _hash(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
+
+
+def _body(payload: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
+    payload = {"content": "Prefers tabs"} if payload is None else payload
+    body: dict[str, Any] = {
+        "operation_id": str(uuid.uuid4()),
+        "schema_version": 2,
+        "kind": "add_node",
+        "dependencies": [],
+        "payload_hash": _hash(payload),
+        "payload": payload,
+    }
+    body.update(overrides)
+    return body
+
+
+@pytest.fixture
+def api(db_dsn: str) -> Iterator[Api]:
+    with MemoryClient(db_dsn) as memory:
+        alice = memory.create_api_token("alice")
+        bob = memory.create_api_token("bob")
+    port = _free_port()
+    app = create_app(AsyncMemoryClient(db_dsn, max_size=4))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield Api(f"http://127.0.0.1:{port}", db_dsn, alice, bob)
+    server.should_exit = True
+    thread.join(30)
+
+
+# -- the clients ----------------------------------------------------------------------
+
+
+def test_sync_client_submit_receipt_events_and_status(db_dsn: str) -> None:
+    payload = {"content": "Lives in Berlin", "scope": "personal"}
+    op = uuid.uuid4()
+    with MemoryClient(db_dsn) as memory:
+        first = memory.submit_operation(op, "add_node", payload, user_id="alice")
+        assert isinstance(first, Receipt)
+        assert first.created and first.state == "accepted" and first.operation_id == op
+        assert first.payload_hash == _hash(payload)
+        assert first.dependencies == () and first.blocked_by == () and first.attempts == 0
+        assert first.created_at.utcoffset() is not None
+        again = memory.submit_operation(str(op), "add_node", payload, user_id="alice", payload_hash=_hash(payload))
+        assert not again.created and again.operation_id == op and again.created_at == first.created_at
+        with pytest.raises(IdempotencyConflict):
+            memory.submit_operation(op, "add_node", {"content": "Lives in Paris"}, user_id="alice")
+        assert memory.get_receipt(op, user_id="alice").payload_hash == first.payload_hash
+
+        child = memory.submit_operation(uuid.uuid4(), "reinforce", {"x": 1}, user_id="alice", dependencies=[op])
+        assert child.dependencies == (op,)
+
+        with pytest.raises(NotFoundError):
+            memory.get_receipt(op, user_id="bob")
+        with pytest.raises(NotFoundError):
+            memory.get_receipt(uuid.uuid4(), user_id="alice")
+        with pytest.raises(InvalidInput):
+            memory.get_receipt("not-a-uuid", user_id="alice")
+        with pytest.raises(InvalidInput):
+            memory.submit_operation(uuid.uuid4(), "add_node", payload, user_id="alice", payload_hash="0" * 64)
+        with pytest.raises(InvalidInput):
+            memory.submit_operation(uuid.uuid4(), "add_node", payload, user_id="alice", schema_version=1)
+        with pytest.raises(InvalidInput):
+            memory.submit_operation(uuid.uuid4(), "drop_everything", payload, user_id="alice")
+        with pytest.raises(InvalidInput):
+            memory.submit_operation(uuid.uuid4(), "add_node", payload, user_id="alice", dependencies=[uuid.uuid4()])
+        with pytest.raises(InvalidInput):
+            memory.submit_operation(uuid.uuid4(), "add_node", [1], user_id="alice")  # type: ignore[arg-type]
+
+        events = memory.operation_events(user_id="alice")
+        assert all(isinstance(e, OperationEvent) for e in events)
+        assert [(e.operation_id, e.operation_seq, e.state) for e in events] == [
+            (op, 1, "accepted"),
+            (child.operation_id, 1, "accepted"),
+        ]
+        assert memory.operation_events(user_id="alice", after_seq=events[0].seq) == events[1:]
+        assert memory.operation_events(user_id="alice", operation_id=op) == events[:1]
+        assert memory.operation_events(user_id="alice", max_count=1) == events[:1]
+        assert memory.operation_events(user_id="bob") == []
+        with pytest.raises(NotFoundError):
+            memory.operation_events(user_id="bob", operation_id=op)
+        with pytest.raises(InvalidInput):
+            memory.operation_events(user_id="alice", max_count=0)
+
+        status = memory.ledger_status()
+        assert isinstance(status, LedgerStatus)
+        assert status.accepting and status.ready == 2 and status.blocked == 0 and status.processing == 0
+        assert status.oldest_ready_at == first.created_at
+        assert status.oldest_ready_age is not None and status.oldest_ready_age.total_seconds() >= 0
+
+
+def test_async_client_submit_receipt_events_and_status(db_dsn: str) -> None:
+    async def scenario() -> None:
+        op = uuid.uuid4()
+        async with AsyncMemoryClient(db_dsn) as memory:
+            first = await memory.submit_operation(op, "add_event", {"content": "hi"}, user_id="alice")
+            assert first.created and first.kind == "add_event"
+            again = await memory.submit_operation(op, "add_event", {"content": "hi"}, user_id="alice")
+            assert not again.created
+            with pytest.raises(IdempotencyConflict):
+                await memory.submit_operation(op, "add_event", {"content": "bye"}, user_id="alice")
+            assert (await memory.get_receipt(op, user_id="alice")).state == "accepted"
+            with pytest.raises(NotFoundError):
+                await memory.get_receipt(op, user_id="bob")
+            events = await memory.operation_events(user_id="alice", operation_id=op)
+            assert [(e.operation_seq, e.state) for e in events] == [(1, "accepted")]
+            status = await memory.ledger_status()
+            assert status.accepting and status.ready == 1
+
+    asyncio.run(scenario())
+
+
+def test_pack_refuses_the_ledger(tmp_path: Path) -> None:
+    op = uuid.uuid4()
+    with MemoryClient(tmp_path / "pack") as memory:
+        for call in (
+            lambda: memory.submit_operation(op, "add_node", {"content": "x"}, user_id="alice"),
+            lambda: memory.get_receipt(op, user_id="alice"),
+            lambda: memory.operation_events(user_id="alice"),
+            lambda: memory.ledger_status(),
+        ):
+            with pytest.raises(PrmeError, match="needs PostgreSQL"):
+                call()
+
+    async def scenario() -> None:
+        async with AsyncMemoryClient(tmp_path / "pack2") as memory:
+            with pytest.raises(PrmeError, match="needs PostgreSQL"):
+                await memory.submit_operation(op, "add_node", {"content": "x"}, user_id="alice")
+            with pytest.raises(PrmeError, match="needs PostgreSQL"):
+                await memory.get_receipt(op, user_id="alice")
+            with pytest.raises(PrmeError, match="needs PostgreSQL"):
+                await memory.operation_events(user_id="alice")
+            with pytest.raises(PrmeError, match="needs PostgreSQL"):
+                await memory.ledger_status()
+
+    asyncio.run(scenario())
+
+
+# -- HTTP: submit and receipt ----------------------------------------------------------
+
+
+def test_http_submit_status_matrix(api: Api) -> None:
+    body = _body()
+    with api.client(api.alice) as http:
+        created = http.post("/api/v2/operations", json=body)
+        assert created.status_code == 202, created.text
+        receipt = created.json()
+        assert receipt["created"] is True and receipt["state"] == "accepted"
+        assert receipt["operation_id"] == body["operation_id"] and receipt["payload_hash"] == body["payload_hash"]
+
+        replay = http.post("/api/v2/operations", json=body)
+        assert replay.status_code == 200, replay.text
+        assert replay.json() == {**receipt, "created": False}
+
+        other = _body({"content": "Prefers spaces"}, operation_id=body["operation_id"])
+        _problem(http.post("/api/v2/operations", json=other), 409, "PR409")
+        assert http.get(f"/api/v2/operations/{body['operation_id']}").json() == {**receipt, "created": False}
+
+        for invalid in (
+            _body(payload_hash="0" * 64),
+            _body(payload_hash="not hex"),
+            _body(schema_version=1),
+            _body(schema_version=2**40),
+            _body(kind="drop_everything"),
+            _body(dependencies=[str(uuid.uuid4())]),
+            _body(payload=[1]),
+            _body(operation_id="nope"),
+            _body(surprise=True),
+            {"operation_id": str(uuid.uuid4())},
+        ):
+            _problem(http.post("/api/v2/operations", json=invalid), 422, "PR422")
+        _problem(
+            http.post("/api/v2/operations", content=b"{", headers={"content-type": "application/json"}), 422, "PR422"
+        )
+
+        dependent = _body(dependencies=[body["operation_id"]])
+        response = http.post("/api/v2/operations", json=dependent)
+        assert response.status_code == 202, response.text
+        assert response.json()["dependencies"] == [body["operation_id"]]
+
+        _problem(http.get(f"/api/v2/operations/{uuid.uuid4()}"), 404, "PR404")
+        _problem(http.get("/api/v2/operations/not-a-uuid"), 422, "PR422")
+
+    with api.client(None) as anonymous:
+        _problem(anonymous.post("/api/v2/operations", json=_body()), 401, "unauthorized")
+        _problem(anonymous.get(f"/api/v2/operations/{body['operation_id']}"), 401, "unauthorized")
+
+
+def test_http_owners_are_isolated(api: Api) -> None:
+    body = _body()
+    with api.client(api.alice) as alice, api.client(api.bob) as bob:
+        assert alice.post("/api/v2/operations", json=body).status_code == 202
+        _problem(bob.get(f"/api/v2/operations/{body['operation_id']}"), 404, "PR404")
+        _problem(bob.get(f"/api/v2/operations/{body['operation_id']}/events?max_seconds=0"), 404, "PR404")
+        # Ids are scoped by owner: bob's operation with alice's id is his own, new operation.
+        mine = bob.post("/api/v2/operations", json={**body, "payload": {"c": 1}, "payload_hash": _hash({"c": 1})})
+        assert mine.status_code == 202, mine.text
+        # A dependency must be the same owner's operation.
+        other = _body(dependencies=[str(uuid.uuid4())])
+        assert alice.post("/api/v2/operations", json=other).status_code == 422
+        with bob.stream("GET", "/api/v2/events", params={"max_seconds": 0}) as response:
+            events = _read_events(response)
+        assert [e["data"]["operation_id"] for e in events] == [body["operation_id"]]
+        assert alice.get(f"/api/v2/operations/{body['operation_id']}").json()["payload_hash"] == body["payload_hash"]
+
+
+def test_ready_reports_the_ledger_backlog(api: Api) -> None:
+    with api.client(api.alice) as http:
+        before = http.get("/ready")
+        assert before.status_code == 200, before.text
+        ready = before.json()
+        assert ready["ready"] is True and ready["accepts_writes"] is True and ready["migrations_current"] is True
+        assert ready["ledger"] == {
+            "accepting": True,
+            "ready": 0,
+            "blocked": 0,
+            "processing": 0,
+            "pending": 0,
+            "oldest_ready_at": None,
+            "oldest_ready_age_seconds": None,
+        }
+        assert http.post("/api/v2/operations", json=_body()).status_code == 202
+        ledger = http.get("/ready").json()["ledger"]
+        assert ledger["ready"] == 1 and ledger["pending"] == 1
+        assert ledger["oldest_ready_at"] is not None and ledger["oldest_ready_age_seconds"] >= 0
+
+
+# -- HTTP: Server-Sent Events ------------------------------------------------------------
+
+
+def _read_events(response: httpx.Response) -> list[dict[str, Any]]:
+    """Parse a text/event-stream body into [{id, event, data}] (comments skipped)."""
+    assert response.status_code == 200, response.read()
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events: list[dict[str, Any]] = []
+    fields: dict[str, str] = {}
+    for line in response.iter_lines():
+        if line == "":
+            if "data" in fields:
+                events.append(
+                    {"id": fields.get("id"), "event": fields.get("event"), "data": json.loads(fields["data"])}
+                )
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+    return events
+
+
+def _submit(http: httpx.Client, count: int) -> list[str]:
+    ids = []
+    for _ in range(count):
+        body = _body()
+        assert http.post("/api/v2/operations", json=body).status_code == 202
+        ids.append(body["operation_id"])
+    return ids
+
+
+def test_sse_history_then_resume_with_last_event_id_has_no_gap_or_duplicate(api: Api) -> None:
+    with api.client(api.alice) as http:
+        ids = _submit(http, 5)
+        with http.stream("GET", "/api/v2/events", params={"max_seconds": 0}) as response:
+            assert response.headers["cache-control"] == "no-cache"
+            history = _read_events(response)
+        assert [e["data"]["operation_id"] for e in history] == ids
+        assert all(e["event"] == "operation" and e["data"]["state"] == "accepted" for e in history)
+        seqs = [int(e["id"]) for e in history]
+        assert seqs == sorted(set(seqs)) and [e["data"]["seq"] for e in history] == seqs
+
+        # A client that lost its connection after the second event resumes from it.
+        with http.stream(
+            "GET", "/api/v2/events", params={"max_seconds": 0}, headers={"Last-Event-ID": str(seqs[1])}
+        ) as response:
+            rest = _read_events(response)
+        assert rest == history[2:]
+        # Last-Event-ID wins over ?after= (the URL keeps the first connection's position).
+        with http.stream(
+            "GET", "/api/v2/events", params={"max_seconds": 0, "after": 0}, headers={"Last-Event-ID": str(seqs[3])}
+        ) as response:
+            assert _read_events(response) == history[4:]
+        with http.stream("GET", "/api/v2/events", params={"max_seconds": 0, "after": seqs[-1]}) as response:
+            assert _read_events(response) == []
+
+        # One operation's stream.
+        with http.stream("GET", f"/api/v2/operations/{ids[2]}/events", params={"max_seconds": 0}) as response:
+            one = _read_events(response)
+        assert one == [history[2]] and one[0]["data"]["operation_seq"] == 1
+
+        _problem(http.get("/api/v2/events", headers={"Last-Event-ID": "abc"}), 422, "PR422")
+        for seconds in ("1000000", "-1", "nan", "inf"):
+            _problem(http.get("/api/v2/events", params={"max_seconds": seconds}), 422, "PR422")
+        _problem(http.get("/api/v2/events", params={"after": -1}), 422, "PR422")
+        _problem(http.get(f"/api/v2/operations/{uuid.uuid4()}/events", params={"max_seconds": 0}), 404, "PR404")
+    with api.client(None) as anonymous:
+        _problem(anonymous.get("/api/v2/events", params={"max_seconds": 0}), 401, "unauthorized")
+
+
+def test_sse_delivers_live_events_after_history_then_ends(api: Api) -> None:
+    with api.client(api.alice) as http:
+        before = _submit(http, 2)
+        later: list[str] = []
+
+        def submit_later() -> None:
+            time.sleep(0.8)
+            with api.client(api.alice) as other:
+                later.extend(_submit(other, 3))
+
+        writer = threading.Thread(target=submit_later)
+        started = time.monotonic()
+        writer.start()
+        with http.stream("GET", "/api/v2/events", params={"max_seconds": 3}) as response:
+            first = _read_events(response)
+        writer.join(10)
+        assert 2.5 <= time.monotonic() - started < 15
+        assert [e["data"]["operation_id"] for e in first] == before + later
+
+        # A reconnect after everything gets nothing twice; after the first live event, exactly the rest.
+        seqs = [int(e["id"]) for e in first]
+        with http.stream(
+            "GET", "/api/v2/events", params={"max_seconds": 0}, headers={"Last-Event-ID": str(seqs[2])}
+        ) as response:
+            assert _read_events(response) == first[3:]
