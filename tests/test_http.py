@@ -5,9 +5,6 @@ talking to a real PostgreSQL clone, exercised with httpx and schemathesis.
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,11 +15,11 @@ import psycopg
 import pytest
 import schemathesis
 import schemathesis.checks
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 
-from prme_pg import AsyncMemoryClient, MemoryClient
-from prme_pg.http import create_app
+from prme_pg import MemoryClient
+
+from .live_server import serve
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -39,29 +36,13 @@ class Api:
         return httpx.Client(base_url=self.base, headers=headers, timeout=30)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def api(db_dsn: str) -> Iterator[Api]:
     with MemoryClient(db_dsn) as memory:
         alice = memory.create_api_token("alice", label="test")
         bob = memory.create_api_token("bob")
-    port = _free_port()
-    app = create_app(AsyncMemoryClient(db_dsn, max_size=20))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield Api(f"http://127.0.0.1:{port}", db_dsn, alice, bob)
-    server.should_exit = True
-    thread.join(30)
+    with serve(db_dsn, max_size=20) as base:
+        yield Api(base, db_dsn, alice, bob)
 
 
 def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 import rfc8785
-import uvicorn
 
 from prme_pg import (
     AsyncMemoryClient,
@@ -31,8 +30,9 @@ from prme_pg import (
     PrmeError,
     Receipt,
 )
-from prme_pg.http import create_app
-from tests.test_http import Api, _free_port, _problem
+from tests.test_http import Api, _problem
+
+from .live_server import serve
 
 
 def _hash(payload: dict[str, Any]) -> str:
@@ -58,18 +58,8 @@ def api(db_dsn: str) -> Iterator[Api]:
     with MemoryClient(db_dsn) as memory:
         alice = memory.create_api_token("alice")
         bob = memory.create_api_token("bob")
-    port = _free_port()
-    app = create_app(AsyncMemoryClient(db_dsn, max_size=4))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield Api(f"http://127.0.0.1:{port}", db_dsn, alice, bob)
-    server.should_exit = True
-    thread.join(30)
+    with serve(db_dsn, max_size=4) as base:
+        yield Api(base, db_dsn, alice, bob)
 
 
 # -- the clients ----------------------------------------------------------------------

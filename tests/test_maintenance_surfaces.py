@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from prme_pg import (
     AppliedOp,
@@ -33,8 +30,9 @@ from prme_pg import (
     PrmeError,
     cli,
 )
-from prme_pg.http import create_app
-from tests.test_http import Api, _free_port, _problem
+from tests.test_http import Api, _problem
+
+from .live_server import serve
 
 
 def _seed(dsn: str) -> dict[str, uuid.UUID]:
@@ -65,18 +63,8 @@ def api(db_dsn: str) -> Iterator[Api]:
     with MemoryClient(db_dsn) as memory:
         alice = memory.create_api_token("alice")
         bob = memory.create_api_token("bob")
-    port = _free_port()
-    app = create_app(AsyncMemoryClient(db_dsn, max_size=4))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield Api(f"http://127.0.0.1:{port}", db_dsn, alice, bob)
-    server.should_exit = True
-    thread.join(30)
+    with serve(db_dsn, max_size=4) as base:
+        yield Api(base, db_dsn, alice, bob)
 
 
 # -- the sync client --------------------------------------------------------------

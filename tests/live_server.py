@@ -1,0 +1,32 @@
+"""The HTTP API served for real: uvicorn on a free 127.0.0.1 port, in a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from prme_pg import AsyncMemoryClient, testing
+from prme_pg.http import create_app
+
+
+@contextmanager
+def serve(dsn: str, *, max_size: int = 4) -> Iterator[str]:
+    """Serve prme_pg.http over the database at dsn; yield the base URL; stop on exit."""
+    port = testing.free_port()
+    app = create_app(AsyncMemoryClient(dsn, max_size=max_size))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
