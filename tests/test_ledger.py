@@ -32,6 +32,7 @@ from psycopg.types.json import Jsonb
 from prme_pg import worker as ledger_worker
 
 from .conftest import ROOT
+from .racing import race
 
 USER = "alice"
 OPERATIONS_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:prme-pg:operations")
@@ -353,30 +354,9 @@ def test_operation_ids_are_scoped_by_owner(conn: psycopg.Connection[Any]) -> Non
     }
 
 
-def _race(dsn: str, calls: list[Callable[[psycopg.Connection[Any]], Any]]) -> list[Any]:
-    results: list[Any] = [RuntimeError("did not run")] * len(calls)
-    barrier = threading.Barrier(len(calls))
-
-    def work(i: int) -> None:
-        with psycopg.connect(dsn, autocommit=True) as c:
-            barrier.wait(30)
-            try:
-                results[i] = calls[i](c)
-            except BaseException as exc:  # recorded for the assertions
-                results[i] = exc
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive(), "a racing call hung"
-    return results
-
-
 def test_32_concurrent_submits_of_one_id_make_one_operation(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     op = uuid.uuid4()
-    results = _race(db_dsn, [lambda c: submit(c, "add_node", node("raced"), operation_id=op)] * 32)
+    results = race(db_dsn, [lambda c: submit(c, "add_node", node("raced"), operation_id=op)] * 32)
     assert all(isinstance(r, dict) for r in results), results
     assert sum(r["created"] for r in results) == 1
     assert len({(r["operation_id"], r["created_at"], r["payload_hash"]) for r in results}) == 1
@@ -389,7 +369,7 @@ def test_32_concurrent_submits_of_one_id_make_one_operation(conn: psycopg.Connec
 def test_32_concurrent_submits_of_one_id_with_two_payloads(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     op = uuid.uuid4()
     calls = [lambda c, i=i: submit(c, "add_node", node(f"payload {i % 2}"), operation_id=op) for i in range(32)]
-    results = _race(db_dsn, calls)
+    results = race(db_dsn, calls)
     winners = [r for r in results if isinstance(r, dict) and r["created"]]
     assert len(winners) == 1
     stored = winners[0]["payload_hash"]

@@ -9,12 +9,11 @@ are proven by tests/pgtap/test_outcomes.sql and test_maintenance.sql.
 from __future__ import annotations
 
 import re
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,31 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
+from .racing import race
+
 THREADS = 16
-T = TypeVar("T")
 Row = dict[str, Any]
-
-
-def _race(dsn: str, calls: list[Callable[[psycopg.Connection[Any]], T]]) -> list[T | BaseException]:
-    """Run each call on its own connection, all released at once by a barrier."""
-    results: list[T | BaseException] = [RuntimeError("did not run")] * len(calls)
-    barrier = threading.Barrier(len(calls))
-
-    def worker(i: int) -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            barrier.wait(30)
-            try:
-                results[i] = calls[i](conn)
-            except BaseException as exc:  # recorded for the assertions
-                results[i] = exc
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-        assert not t.is_alive(), "a racing call hung"
-    return results
 
 
 def _rows(conn: psycopg.Connection[Any], query: str, *args: Any) -> list[Row]:
@@ -129,7 +107,7 @@ def _assert_sound(conn: psycopg.Connection[Any], user_id: str = "alice") -> None
 def test_same_key_from_16_connections_records_once(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     node_id = _add_node(conn)
     key = uuid.uuid4()
-    results = _race(db_dsn, [_record(node_id, "implicit_success", key)] * THREADS)
+    results = race(db_dsn, [_record(node_id, "implicit_success", key)] * THREADS)
 
     rows = [r for r in results if isinstance(r, dict)]
     assert len(rows) == THREADS, results
@@ -145,7 +123,7 @@ def test_same_key_raced_with_different_arguments_binds_one(conn: psycopg.Connect
     node_id = _add_node(conn)
     key = uuid.uuid4()
     calls = [_record(node_id, "implicit_success", key, notes=f"variant {i % 2}") for i in range(THREADS)]
-    results = _race(db_dsn, calls)
+    results = race(db_dsn, calls)
 
     stored = _rows(conn, "SELECT id, notes FROM prme.outcomes WHERE node_id = %s", node_id)
     assert len(stored) == 1
@@ -165,7 +143,7 @@ def test_reinforce_and_record_outcome_share_one_key_space(conn: psycopg.Connecti
     calls: list[Callable[[psycopg.Connection[Any]], Row]] = [
         _reinforce(node_id, key) if i % 2 else _record(node_id, "explicit_reinforcement", key) for i in range(THREADS)
     ]
-    results = _race(db_dsn, calls)
+    results = race(db_dsn, calls)
 
     operation = _one(conn, "SELECT operation FROM prme.request_keys WHERE request_id = %s", key)
     winners = [i for i, r in enumerate(results) if isinstance(r, dict) and not r["replayed"]]
@@ -187,7 +165,7 @@ def test_distinct_keys_all_count(conn: psycopg.Connection[Any], db_dsn: str) -> 
     node_id = _add_node(conn)
     outcomes = ["explicit_reinforcement", "implicit_success", "neutral_exposure", "explicit_correction"]
     calls = [_record(node_id, outcomes[i % 4], uuid.uuid4()) for i in range(THREADS)]
-    results = _race(db_dsn, calls)
+    results = race(db_dsn, calls)
 
     assert all(isinstance(r, dict) and not r["replayed"] for r in results), results
     summary = _rows(conn, "SELECT * FROM prme.outcome_summary('alice', %s)", node_id)[0]
@@ -201,10 +179,10 @@ def test_distinct_keys_all_count(conn: psycopg.Connection[Any], db_dsn: str) -> 
 def test_reinforce_appends_one_outcome_per_applied_call(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     node_id = _add_node(conn)
     key = uuid.uuid4()
-    _race(db_dsn, [_reinforce(node_id, key)] * THREADS)
+    race(db_dsn, [_reinforce(node_id, key)] * THREADS)
     assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE node_id = %s", node_id) == 1
 
-    _race(db_dsn, [_reinforce(node_id, uuid.uuid4()) for _ in range(THREADS)])
+    race(db_dsn, [_reinforce(node_id, uuid.uuid4()) for _ in range(THREADS)])
     versions = [
         r["node_version"]
         for r in _rows(conn, "SELECT node_version FROM prme.outcomes WHERE node_id = %s ORDER BY 1", node_id)
@@ -264,7 +242,7 @@ def test_one_patch_applied_16_times_concurrently_applies_each_op_once(
 
     # Half the callers select every op by hand, half run auto mode.
     calls = [_apply(patch_id, op_ids, "manual") if i % 2 else _apply(patch_id, None, "auto") for i in range(THREADS)]
-    results = _race(db_dsn, calls)
+    results = race(db_dsn, calls)
     assert all(isinstance(r, list) for r in results), results
 
     applied = Counter(row["op_id"] for r in results if isinstance(r, list) for row in r if row["status"] == "applied")
@@ -295,7 +273,7 @@ def test_two_patches_of_one_cycle_applied_concurrently_decay_once(conn: psycopg.
         "both patches propose the same decay for this cycle"
     )
 
-    results = _race(db_dsn, [_apply(first if i % 2 else second, None, "auto") for i in range(THREADS)])
+    results = race(db_dsn, [_apply(first if i % 2 else second, None, "auto") for i in range(THREADS)])
     assert all(isinstance(r, list) for r in results), results
 
     # Each memory decayed by exactly one proposal: the other is stale or already applied.
@@ -375,7 +353,7 @@ def test_review_and_outcomes_racing_leave_consistent_state(conn: psycopg.Connect
     calls: list[Callable[[psycopg.Connection[Any]], Row]] = [
         review if i % 4 == 0 else _record(node_id, "explicit_correction") for i in range(THREADS)
     ]
-    results = _race(db_dsn, calls)
+    results = race(db_dsn, calls)
     assert all(isinstance(r, dict) for r in results), results
 
     total, settled = conn.execute(

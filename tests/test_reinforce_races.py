@@ -6,40 +6,18 @@ and the request_keys primary key at work, not anything in Python.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from .racing import race
+
 THREADS = 16
-T = TypeVar("T")
-
-
-def _race(dsn: str, calls: list[Callable[[psycopg.Connection[Any]], T]]) -> list[T | BaseException]:
-    """Run each call on its own connection, all released at once by a barrier."""
-    results: list[T | BaseException] = [RuntimeError("did not run")] * len(calls)
-    barrier = threading.Barrier(len(calls))
-
-    def worker(i: int) -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            barrier.wait(30)
-            try:
-                results[i] = calls[i](conn)
-            except BaseException as exc:  # recorded for the assertions
-                results[i] = exc
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-        assert not t.is_alive(), "a racing call hung"
-    return results
 
 
 def _add_node(conn: psycopg.Connection[Any], user_id: str = "alice", **kwargs: Any) -> uuid.UUID:
@@ -88,7 +66,7 @@ def _assert_journal_sound(conn: psycopg.Connection[Any], node_id: uuid.UUID) -> 
 def test_same_key_from_16_connections_counts_once(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     node_id = _add_node(conn)
     key = uuid.uuid4()
-    results = _race(db_dsn, [_reinforce(node_id, key)] * THREADS)
+    results = race(db_dsn, [_reinforce(node_id, key)] * THREADS)
 
     assert all(isinstance(r, dict) for r in results), results
     rows = [r for r in results if isinstance(r, dict)]
@@ -102,7 +80,7 @@ def test_same_key_from_16_connections_counts_once(conn: psycopg.Connection[Any],
 
 def test_distinct_keys_from_16_connections_all_count_within_caps(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     node_id = _add_node(conn, confidence_base=Decimal("0.3"))
-    results = _race(db_dsn, [_reinforce(node_id, uuid.uuid4()) for _ in range(THREADS)])
+    results = race(db_dsn, [_reinforce(node_id, uuid.uuid4()) for _ in range(THREADS)])
 
     assert all(isinstance(r, dict) and not r["replayed"] for r in results), results
     node = conn.execute(
@@ -119,7 +97,7 @@ def test_distinct_keys_from_16_connections_all_count_within_caps(conn: psycopg.C
 
 def test_calls_without_key_always_count(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     node_id = _add_node(conn)
-    results = _race(db_dsn, [_reinforce(node_id, None)] * THREADS)
+    results = race(db_dsn, [_reinforce(node_id, None)] * THREADS)
     assert all(isinstance(r, dict) for r in results), results
     assert _counts(conn, node_id) == (1 + THREADS, THREADS, 0)
     _assert_journal_sound(conn, node_id)
@@ -128,7 +106,7 @@ def test_calls_without_key_always_count(conn: psycopg.Connection[Any], db_dsn: s
 def test_one_key_raced_onto_different_nodes_binds_to_exactly_one(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     nodes = [_add_node(conn) for _ in range(THREADS)]
     key = uuid.uuid4()
-    results = _race(db_dsn, [_reinforce(n, key) for n in nodes])
+    results = race(db_dsn, [_reinforce(n, key) for n in nodes])
 
     winners = [r for r in results if isinstance(r, dict)]
     losers = [r for r in results if not isinstance(r, dict)]

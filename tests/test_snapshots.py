@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pytest
@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.rows import dict_row
 
-T = TypeVar("T")
+from .racing import race
+
 BLANKS = " \t\n\r\f\v"
 
 
@@ -112,28 +113,6 @@ def _render(sections: Sequence[tuple[str, Sequence[str]]], budget: int) -> tuple
             else:
                 truncated = True
     return "".join(parts), taken, truncated
-
-
-def _race(dsn: str, calls: list[Callable[[psycopg.Connection[Any]], T]]) -> list[T | BaseException]:
-    """Run each call on its own autocommit connection, released together by a barrier."""
-    results: list[T | BaseException] = [RuntimeError("did not run")] * len(calls)
-    barrier = threading.Barrier(len(calls))
-
-    def worker(i: int) -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            barrier.wait(30)
-            try:
-                results[i] = calls[i](conn)
-            except BaseException as exc:  # recorded for the assertions
-                results[i] = exc
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-        assert not t.is_alive(), "a racing call hung"
-    return results
 
 
 def _assert_history_is_a_forward_chain(
@@ -273,7 +252,7 @@ def test_identical_content_published_by_16_connections_is_one_generation(
 ) -> None:
     for i in range(30):
         _add_node(conn, "alice", f"memory {i}", decay_profile="permanent", salience_base=i / 30)
-    results = _race(db_dsn, [lambda c: _publish(c, "alice", "personal")] * 16)
+    results = race(db_dsn, [lambda c: _publish(c, "alice", "personal")] * 16)
 
     assert all(isinstance(r, dict) for r in results), results
     rows = [r for r in results if isinstance(r, dict)]
@@ -321,7 +300,7 @@ def test_compare_and_set_publishers_never_move_the_pointer_backward(conn: psycop
 
         return run
 
-    results = _race(db_dsn, [publisher(t) for t in range(threads)])
+    results = race(db_dsn, [publisher(t) for t in range(threads)])
     assert all(isinstance(r, list) for r in results), results
     wins = [w for r in results if isinstance(r, list) for w in r]
 
