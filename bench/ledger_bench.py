@@ -14,8 +14,12 @@ flush), applies the migrations and measures, in one run:
   its event and notifies), by pgbench at 8 clients with prepared statements,
   against the floor of the core benchmark: one single-row INSERT per commit
   (bench/pgbench/single_insert.sql), in alternating rounds. Target: >= 0.5x.
-* the no-logic limit: the same two rows (operation and acceptance event) written by
-  one statement without validation, hash check, idempotency or NOTIFY, for context;
+* the same submit on a database at an earlier schema (``--baseline``, default
+  migration 0005: before the accepted event moved into the operation row), side by
+  side in the same cluster and the same alternating rounds, so a change to submit is
+  quoted as a ratio measured in one run;
+* the no-logic limit: the same row (the operation, its accepted event inside) written
+  by one statement without validation, hash check, idempotency or NOTIFY, for context;
 * resubmits per second: the same call with an operation id that is already stored
   (the retry after a lost response: the stored receipt, nothing written).
 * drain rate: operations committed per second by ``prme-pg worker`` executors
@@ -47,7 +51,7 @@ import rfc8785
 from rich.console import Console
 from rich.table import Table
 
-from prme_pg import testing
+from prme_pg import migrations, testing
 from prme_pg import worker as ledger_worker
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -85,21 +89,17 @@ SELECT created FROM prme.submit_operation(
 """
 
 NO_LOGIC_SCRIPT = """\
--- The same rows as a new submit, written by one statement with no logic at all: no
--- validation, no hash check, no idempotency, no NOTIFY (the limit for this data).
+-- The same row as a new submit (the operation, its accepted event inside), written by
+-- one statement with no logic at all: no validation, no hash check, no idempotency, no
+-- NOTIFY (the limit for this data).
 \\set u random(0, :owners - 1)
-WITH o AS (
-    INSERT INTO prme.operations (
-        user_id, operation_id, schema_version, kind, dependencies, payload_hash, payload, state, blocked_by,
-        attempts, next_attempt_at, last_event_seq, created_at, updated_at
-    ) VALUES (
-        'user_' || :u::text, gen_random_uuid(), 2, 'add_node', '{}', :hash, :payload::jsonb, 'accepted', '{}',
-        0, now(), 1, now(), now()
-    )
-    RETURNING user_id, operation_id
-)
-INSERT INTO prme.operation_events (user_id, seq, operation_id, operation_seq, state, detail, created_at)
-SELECT o.user_id, pg_current_xact_id()::text::bigint << 20, o.operation_id, 1, 'accepted', '{}', now() FROM o;
+INSERT INTO prme.operations (
+    user_id, operation_id, schema_version, kind, dependencies, payload_hash, payload, state, blocked_by,
+    attempts, next_attempt_at, last_event_seq, created_at, updated_at, accepted_seq
+) VALUES (
+    'user_' || :u::text, gen_random_uuid(), 2, 'add_node', '{}', :hash, :payload::jsonb, 'accepted', '{}',
+    0, now(), 1, now(), now(), pg_current_xact_id()::text::bigint << 20
+);
 """
 
 SINGLE_INSERT_FALLBACK = """\
@@ -136,6 +136,12 @@ FROM generate_series(1, %(n)s) AS i
 """
 
 
+def install_up_to(dsn: str, version: int) -> None:
+    """Apply the migrations up to and including `version` (the baseline schema)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrations.migrate(conn, [m for m in migrations.load_migrations() if m.version <= version])
+
+
 class Bench:
     def __init__(self, cluster: testing.PostgresCluster, database: str, workdir: Path) -> None:
         self.cluster = cluster
@@ -155,7 +161,9 @@ class Bench:
         path.write_text(text)
         return path
 
-    def pgbench(self, script: Path, clients: int, seconds: int, variables: dict[str, str]) -> float:
+    def pgbench(
+        self, script: Path, clients: int, seconds: int, variables: dict[str, str], database: str | None = None
+    ) -> float:
         command = [
             str(self.cluster.bindir / "pgbench"),
             "-h", "127.0.0.1", "-p", str(self.cluster.port), "-U", "postgres",
@@ -165,7 +173,7 @@ class Bench:
         ]  # fmt: skip
         for name, value in {"owners": str(OWNERS), "rtt": "0", **variables}.items():
             command += ["-D", f"{name}={value}"]
-        command.append(self.database)
+        command.append(database or self.database)
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         out = result.stdout + result.stderr
         if result.returncode != 0 or "aborted" in out:
@@ -216,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=None, help="seconds per pgbench round (15; quick: 6)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of each workload (2; quick: 1)")
     parser.add_argument("--backlog", type=int, default=None, help="operations per drain (20000; quick: 5000)")
+    parser.add_argument(
+        "--baseline", type=int, default=5, help="also measure submit at the schema of this migration (5; 0: skip)"
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds or (6 if args.quick else 15)
     rounds = args.rounds or (1 if args.quick else 2)
@@ -227,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         server = testing.Server(cluster.dsn)
         database = testing.create_database(server, prefix="prme_ledger_bench")
         testing.install_schema(server.dsn_for(database))
+        baseline = None
+        if args.baseline:
+            baseline = testing.create_database(server, prefix=f"prme_ledger_bench_{args.baseline:04d}")
+            install_up_to(server.dsn_for(baseline), args.baseline)
         with tempfile.TemporaryDirectory(prefix="prme-ledger-bench-") as tmp:
             bench = Bench(cluster, database, Path(tmp))
             bench.execute(SETUP_SQL)
@@ -242,13 +257,21 @@ def main(argv: list[str] | None = None) -> int:
             no_logic = bench.script("no_logic_submit.sql", NO_LOGIC_SCRIPT)
             variables = {"hash": bench.hash, "payload": bench.payload_text, "stored": str(stored)}
 
-            tps: dict[str, list[float]] = {"single_insert": [], "submit": [], "no_logic": [], "resubmit": []}
-            order = [("single_insert", single), ("submit", submit), ("no_logic", no_logic), ("resubmit", resubmit)]
+            # (name, script, database): the baseline's submit runs on its own database.
+            order: list[tuple[str, Path, str]] = [
+                ("single_insert", single, database),
+                ("submit", submit, database),
+                ("no_logic", no_logic, database),
+                ("resubmit", resubmit, database),
+            ]
+            if baseline is not None:
+                order.insert(2, ("submit_baseline", submit, baseline))
+            tps: dict[str, list[float]] = {name: [] for name, _, _ in order}
             for round_ in range(rounds):
-                for name, script in order if round_ % 2 == 0 else list(reversed(order)):
+                for name, script, target in order if round_ % 2 == 0 else list(reversed(order)):
                     bench.execute("CHECKPOINT")
                     console.print(f"round {round_ + 1}/{rounds}: {name} ({args.clients} clients, {seconds} s)")
-                    tps[name].append(bench.pgbench(script, args.clients, seconds, variables))
+                    tps[name].append(bench.pgbench(script, args.clients, seconds, variables, target))
 
             # Each drain on a fresh database: the pgbench rounds left their operations behind.
             drains: dict[int, tuple[float, float]] = {}
@@ -277,14 +300,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     table.add_row(
         "submit",
-        "prme.submit_operation, new id: hash check, operation, event, throttled NOTIFY",
+        "prme.submit_operation, new id: hash check, one row (its accepted event inside), throttled NOTIFY",
         f"{mean['submit']:,.0f}",
         f"{ratio:.2f}x",
         f">= {TARGET:.1f}x {'ok' if ratio >= TARGET else 'MISSED'}",
     )
+    if "submit_baseline" in mean:
+        table.add_row(
+            "submit_baseline",
+            f"the same submit on the schema of migration {args.baseline:04d}, same cluster, same rounds",
+            f"{mean['submit_baseline']:,.0f}",
+            f"{mean['submit_baseline'] / mean['single_insert']:.2f}x",
+            f"submit = {mean['submit'] / mean['submit_baseline']:.2f}x of it",
+        )
     table.add_row(
         "no_logic",
-        "the same two rows in one statement, no checks: the limit for this data",
+        "the same row in one statement, no checks: the limit for this data",
         f"{mean['no_logic']:,.0f}",
         f"{mean['no_logic'] / mean['single_insert']:.2f}x",
         f"submit = {mean['submit'] / mean['no_logic']:.2f}x of it",
@@ -318,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                 "tps": tps,
                 "submit_vs_single_insert": ratio,
                 "submit_vs_no_logic": mean["submit"] / mean["no_logic"],
+                "baseline_migration": args.baseline or None,
+                "submit_vs_baseline": mean["submit"] / mean["submit_baseline"] if "submit_baseline" in mean else None,
                 "drain": {str(k): {"ops_per_s": v[0], "seconds": v[1], "backlog": backlog} for k, v in drains.items()},
                 "cpus": os.cpu_count(),
             },

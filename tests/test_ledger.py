@@ -29,6 +29,7 @@ import rfc8785
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from prme_pg import migrations, testing
 from prme_pg import worker as ledger_worker
 
 from .conftest import ROOT
@@ -150,6 +151,15 @@ def count(conn: psycopg.Connection[Any], query: str, *params: Any) -> int:
     return int(row[0])
 
 
+# Every event as stored, visible or not: an operation's accepted event lives in its row
+# (accepted_seq), every later one in prme.operation_events.
+ALL_EVENTS = (
+    "(SELECT user_id, seq, operation_id, operation_seq, state, detail FROM prme.operation_events"
+    " UNION ALL SELECT user_id, accepted_seq, operation_id, 1, 'accepted', '{}'::jsonb FROM prme.operations"
+    " WHERE accepted_seq IS NOT NULL) AS e"
+)
+
+
 def node(content: str, **fields: Any) -> dict[str, Any]:
     return {"content": content, **fields}
 
@@ -243,7 +253,7 @@ def test_same_id_and_hash_returns_the_stored_receipt_as_it_stands_now(conn: psyc
     assert again["result"] == {"node_id": str(derived_id(op)), "node_version": 1}
     assert again["created_at"] == first["created_at"] and again["updated_at"] > first["updated_at"]
     assert count(conn, "SELECT count(*) FROM prme.nodes") == 1
-    assert count(conn, "SELECT count(*) FROM prme.operation_events WHERE state = 'accepted'") == 1
+    assert count(conn, f"SELECT count(*) FROM {ALL_EVENTS} WHERE state = 'accepted'") == 1
 
 
 def test_same_id_with_anything_else_is_pr409_and_the_original_is_untouched(conn: psycopg.Connection[Any]) -> None:
@@ -288,7 +298,6 @@ def test_payload_hash_is_recomputed_and_a_mismatch_is_pr422(conn: psycopg.Connec
         ({"hash_": "ABC"}, "malformed hash"),
         ({"hash_": "0" * 64}, "wrong hash"),
         ({"user_id": " alice"}, "user_id with spaces"),
-        ({"dependencies": [uuid.UUID(int=7)]}, "unknown dependency"),
     ],
 )
 def test_invalid_submits_are_pr422_and_store_nothing(
@@ -298,6 +307,18 @@ def test_invalid_submits_are_pr422_and_store_nothing(
     kind, payload = args.pop("kind"), args.pop("payload")
     assert sqlstate(lambda: submit(conn, kind, payload, **args)) == "PR422", why
     assert count(conn, "SELECT count(*) FROM prme.operations") == 0
+
+
+def test_an_unknown_dependency_is_pr404_and_stores_nothing(conn: psycopg.Connection[Any]) -> None:
+    # DESIGN's error table: an operation unavailable to this owner is "not found".
+    known = submit(conn, "add_node", node("known"))["operation_id"]
+    unknown = uuid.UUID(int=7)
+    with pytest.raises(psycopg.Error) as caught:
+        submit(conn, "add_node", node("x"), dependencies=[known, unknown])
+    assert caught.value.sqlstate == "PR404"
+    assert caught.value.diag.message_detail == f"unknown: {unknown}"
+    assert count(conn, "SELECT count(*) FROM prme.operations") == 1
+    assert count(conn, f"SELECT count(*) FROM {ALL_EVENTS}") == 1
 
 
 def test_more_invalid_submits(conn: psycopg.Connection[Any]) -> None:
@@ -311,7 +332,8 @@ def test_more_invalid_submits(conn: psycopg.Connection[Any]) -> None:
             )
             == "PR422"
         )
-    assert sqlstate(lambda: submit(conn, "add_node", node("x"), operation_id=op, dependencies=[op])) == "PR422"
+    # Depending on itself: not an operation submitted before it, like any unknown one.
+    assert sqlstate(lambda: submit(conn, "add_node", node("x"), operation_id=op, dependencies=[op])) == "PR404"
     assert (
         sqlstate(
             lambda: conn.execute(
@@ -345,7 +367,7 @@ def test_operation_ids_are_scoped_by_owner(conn: psycopg.Connection[Any]) -> Non
     assert sqlstate(lambda: receipt(conn, uuid.uuid4())) == "PR404"
     # alice's operation cannot name bob's as a dependency: unknown to her.
     bobs_only = submit(conn, "add_node", node("bob only"), user_id="bob")["operation_id"]
-    assert sqlstate(lambda: submit(conn, "add_node", node("y"), dependencies=[bobs_only])) == "PR422"
+    assert sqlstate(lambda: submit(conn, "add_node", node("y"), dependencies=[bobs_only])) == "PR404"
     drain(conn)
     assert {n for (n,) in conn.execute("SELECT user_id || ':' || content FROM prme.nodes").fetchall()} == {
         "alice:alice's",
@@ -361,7 +383,9 @@ def test_32_concurrent_submits_of_one_id_make_one_operation(conn: psycopg.Connec
     assert sum(r["created"] for r in results) == 1
     assert len({(r["operation_id"], r["created_at"], r["payload_hash"]) for r in results}) == 1
     assert count(conn, "SELECT count(*) FROM prme.operations") == 1
-    assert count(conn, "SELECT count(*) FROM prme.operation_events") == 1
+    assert count(conn, f"SELECT count(*) FROM {ALL_EVENTS}") == 1
+    # A submit writes one row: its accepted event is kept in the operation row.
+    assert count(conn, "SELECT count(*) FROM prme.operation_events") == 0
     drain(conn)
     assert count(conn, "SELECT count(*) FROM prme.nodes") == 1
 
@@ -443,6 +467,27 @@ def test_each_kind_is_applied_exactly_once_through_the_api(conn: psycopg.Connect
         ("reinforce", {"node_id": "not-a-uuid"}, "invalid_payload"),
         ("reinforce", {"node_id": str(uuid.UUID(int=99))}, "not_found"),
         ("archive_node", {"node_id": str(uuid.UUID(int=99))}, "not_found"),
+        ("record_outcome", {"node_id": str(uuid.UUID(int=99)), "outcome": "implicit_success"}, "not_found"),
+        ("record_outcome", {"node_id": str(uuid.UUID(int=99))}, "invalid_payload"),
+        ("record_outcome", {"node_id": str(uuid.UUID(int=99)), "outcome": "great"}, "invalid_payload"),
+        (
+            "record_outcome",
+            {"node_id": str(uuid.UUID(int=99)), "outcome": "neutral_exposure", "x": 1},
+            "invalid_payload",
+        ),
+        (
+            "record_outcome",
+            {"node_id": str(uuid.UUID(int=99)), "outcome": "neutral_exposure", "notes": 5},
+            "invalid_payload",
+        ),
+        ("record_outcome", {"node_id": 99, "outcome": "neutral_exposure"}, "invalid_payload"),
+        ("link_correction", {"message": "no, tea", "candidate_node_ids": str(uuid.UUID(int=99))}, "invalid_payload"),
+        ("link_correction", {"message": "no, tea", "candidate_node_ids": ["not-a-uuid"]}, "invalid_payload"),
+        ("link_correction", {"message": "no, tea", "candidate_node_ids": [99]}, "invalid_payload"),
+        ("link_correction", {"message": "no, tea"}, "invalid_payload"),
+        ("link_correction", {"message": " ", "candidate_node_ids": []}, "invalid_payload"),
+        ("link_correction", {"message": "no, tea", "candidate_node_ids": [], "thread": "t"}, "invalid_payload"),
+        ("link_correction", {"message": "no", "candidate_node_ids": [], "thread_id": " t"}, "invalid_payload"),
     ],
 )
 def test_invalid_payloads_are_rejected_with_a_reason(
@@ -457,6 +502,120 @@ def test_invalid_payloads_are_rejected_with_a_reason(
     assert r["result"] is None
     assert states(conn, op) == ["accepted", "rejected"]
     assert count(conn, "SELECT count(*) FROM prme.nodes") == 1
+
+
+def outcomes(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT * FROM prme.outcomes WHERE recorded_by <> 'reinforce' ORDER BY created_at, recorded_by DESC, id"
+        ).fetchall()
+
+
+def test_record_outcome_and_link_correction_are_applied_exactly_once(conn: psycopg.Connection[Any]) -> None:
+    tea, coffee = uuid.uuid4(), uuid.uuid4()
+    submit(conn, "add_node", node("prefers green tea in the morning"), operation_id=tea)
+    submit(conn, "add_node", node("drinks coffee after lunch"), operation_id=coffee)
+    drain(conn)
+    tea_id, coffee_id = derived_id(tea), derived_id(coffee)
+
+    used = uuid.uuid4()
+    used_payload = {"node_id": str(tea_id), "outcome": "implicit_success", "thread_id": "t-7", "notes": "it helped"}
+    linked, unmatched = uuid.uuid4(), uuid.uuid4()
+    linked_payload = {
+        "message": "no, I stopped drinking green tea in the morning",
+        "candidate_node_ids": [str(coffee_id), str(tea_id), str(uuid.UUID(int=5))],
+        "thread_id": "t-7",
+    }
+    unmatched_payload = {"message": "actually the weather is nicer today", "candidate_node_ids": [str(tea_id)]}
+    submit(conn, "record_outcome", used_payload, operation_id=used)
+    submit(conn, "link_correction", linked_payload, operation_id=linked)
+    submit(conn, "link_correction", unmatched_payload, operation_id=unmatched)
+    rows = run(conn)
+    assert {r["operation_id"]: (r["kind"], r["outcome"]) for r in rows} == {
+        used: ("record_outcome", "committed"),
+        linked: ("link_correction", "committed"),
+        unmatched: ("link_correction", "committed"),
+    }
+
+    stored = outcomes(conn)
+    assert [(o["recorded_by"], o["node_id"], o["outcome"], o["request_id"]) for o in stored] == [
+        ("record_outcome", tea_id, "implicit_success", used),
+        ("link_correction", tea_id, "explicit_correction", None),
+    ]
+    assert (stored[0]["thread_id"], stored[0]["notes"]) == ("t-7", "it helped")
+    assert receipt(conn, used)["result"] == {
+        "outcome_id": str(stored[0]["id"]),
+        "node_id": str(tea_id),
+        "node_version": 1,
+        "replayed": False,
+    }
+    result = receipt(conn, linked)["result"]
+    assert result["status"] == "linked" and result["node_id"] == str(tea_id) and result["inbox_id"] is None
+    assert result["outcome_id"] == str(stored[1]["id"])
+    assert [m["node_id"] for m in result["matches"]] == [str(tea_id)]
+    inbox = conn.execute("SELECT id, message, reason FROM prme.correction_inbox").fetchall()
+    result = receipt(conn, unmatched)["result"]
+    assert result["status"] == "unmatched" and result["node_id"] is None and result["outcome_id"] is None
+    assert inbox == [(uuid.UUID(result["inbox_id"]), unmatched_payload["message"], "no_match")]
+    for op in (used, linked, unmatched):
+        assert states(conn, op) == ["accepted", "processing", "committed"]
+
+    # A retry after a lost response: the stored receipt, nothing applied again.
+    again = submit(conn, "record_outcome", used_payload, operation_id=used)
+    assert again["created"] is False and again["state"] == "committed"
+    assert submit(conn, "link_correction", linked_payload, operation_id=linked)["created"] is False
+    assert sqlstate(lambda: submit(conn, "link_correction", unmatched_payload, operation_id=linked)) == "PR409"
+    assert run(conn) == []
+    assert len(outcomes(conn)) == 2
+    assert count(conn, "SELECT count(*) FROM prme.correction_inbox") == 1
+
+
+def test_record_outcome_replays_a_direct_call_with_the_operation_id_as_request_id(
+    conn: psycopg.Connection[Any],
+) -> None:
+    add = uuid.uuid4()
+    submit(conn, "add_node", node("likes jazz"), operation_id=add)
+    drain(conn)
+    nid = derived_id(add)
+    # The same write already made directly with request_id = the operation id (a hook that
+    # wrote first and handed over later): the operation is its replay, not a second outcome.
+    op = uuid.uuid4()
+    conn.execute(
+        "SELECT prme.record_outcome(user_id => 'alice', node_id => %s, outcome => 'neutral_exposure',"
+        " request_id => %s)",
+        (nid, op),
+    )
+    submit(conn, "record_outcome", {"node_id": str(nid), "outcome": "neutral_exposure"}, operation_id=op)
+    # The same key with another outcome is a conflict, never a second write.
+    clash = uuid.uuid4()
+    conn.execute(
+        "SELECT prme.record_outcome(user_id => 'alice', node_id => %s, outcome => 'implicit_success',"
+        " request_id => %s)",
+        (nid, clash),
+    )
+    submit(conn, "record_outcome", {"node_id": str(nid), "outcome": "explicit_correction"}, operation_id=clash)
+    drain(conn)
+    assert receipt(conn, op)["result"]["replayed"] is True
+    assert receipt(conn, clash)["error"]["reason"] == "conflict"
+    assert [o["outcome"] for o in outcomes(conn)] == ["neutral_exposure", "implicit_success"]
+
+
+def test_record_outcome_after_its_memory_is_archived_is_not_found(conn: psycopg.Connection[Any]) -> None:
+    add, archive, outcome = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    nid = str(derived_id(add))
+    submit(conn, "add_node", node("short lived"), operation_id=add)
+    submit(conn, "archive_node", {"node_id": nid}, operation_id=archive, dependencies=[add])
+    submit(
+        conn,
+        "record_outcome",
+        {"node_id": nid, "outcome": "implicit_success"},
+        operation_id=outcome,
+        dependencies=[archive],
+    )
+    drain(conn)
+    r = receipt(conn, outcome)
+    assert (r["state"], r["error"]["reason"], r["error"]["sqlstate"]) == ("rejected", "not_found", "PR404")
+    assert outcomes(conn) == []
 
 
 def test_a_taken_derived_id_is_a_conflict(conn: psycopg.Connection[Any]) -> None:
@@ -872,13 +1031,74 @@ def test_events_of_a_late_committing_transaction_are_not_skipped(conn: psycopg.C
         first = submit(slow, "add_node", node("written first, committed last"))["operation_id"]
         second = submit(conn, "add_node", node("written second, committed first"))["operation_id"]
         # The committed event is in the table, with a larger seq than the open one's...
-        assert count(conn, "SELECT count(*) FROM prme.operation_events") == 1
+        assert count(conn, f"SELECT count(*) FROM {ALL_EVENTS}") == 1
         # ...but a reader does not see it yet: it would resume past the open one.
         assert events(conn) == []
         slow.commit()
     page = events(conn)
     assert [e["operation_id"] for e in page] == [first, second]
     assert page[0]["seq"] < page[1]["seq"]
+
+
+def test_positions_within_one_transaction_survive_a_rolled_back_savepoint(
+    conn: psycopg.Connection[Any], db_dsn: str
+) -> None:
+    """Submits and execution in one transaction, across owners, with a savepoint rolled back:
+    every event gets its own position, in the order written, and the stream shows each once."""
+    with psycopg.connect(db_dsn) as tx:
+        a = submit(tx, "add_node", node("a"))["operation_id"]
+        b = submit(tx, "add_node", node("b"), user_id="bob")["operation_id"]
+        tx.execute("SAVEPOINT s")
+        submit(tx, "add_node", node("undone"))
+        tx.execute("ROLLBACK TO SAVEPOINT s")
+        c = submit(tx, "add_node", node("c"))["operation_id"]
+        run(tx)
+        tx.commit()
+    alice = events(conn)
+    # Written in this order: the two accepted events, then each operation's execution.
+    assert [(e["operation_id"], e["state"]) for e in alice[:2]] == [(a, "accepted"), (c, "accepted")]
+    assert sorted((e["operation_id"], e["operation_seq"], e["state"]) for e in alice[2:]) == sorted(
+        [(a, 2, "processing"), (a, 3, "committed"), (c, 2, "processing"), (c, 3, "committed")]
+    )
+    seqs = [e["seq"] for e in alice]
+    assert seqs == sorted(set(seqs))
+    assert {seq >> 20 for seq in seqs} == {seqs[0] >> 20}  # one transaction
+    assert [e["state"] for e in events(conn, user_id="bob")] == ["accepted", "processing", "committed"]
+    assert count(conn, "SELECT count(*) FROM prme.operations") == 3
+    # Resuming after any position returns exactly the rest.
+    for i, seq in enumerate(seqs):
+        assert events(conn, after=seq) == alice[i + 1 :]
+    assert receipt(conn, b, user_id="bob")["state"] == "committed"
+
+
+def test_events_written_before_migration_0006_stay_in_the_stream(pg_server: testing.Server) -> None:
+    """Upgrading moves no data: operations accepted before 0006 keep their accepted event in
+    prme.operation_events, newer ones in their row, and the stream merges both by position."""
+    name = testing.create_database(pg_server, prefix="prme_ledger_upgrade")
+    try:
+        dsn = pg_server.dsn_for(name)
+        with psycopg.connect(dsn, autocommit=True) as old:
+            migrations.migrate(old, [m for m in migrations.load_migrations() if m.version <= 5])
+            before = submit(old, "add_node", node("accepted before the upgrade"))["operation_id"]
+            waiting = submit(old, "add_node", node("still waiting"))["operation_id"]
+            run(old, max_count=1)
+            migrations.migrate(old)
+            after = submit(old, "add_node", node("accepted after the upgrade"), dependencies=[waiting])["operation_id"]
+            drain(old)
+            stream = events(old)
+            assert [
+                (e["operation_id"], e["operation_seq"], e["state"]) for e in stream if e["state"] == "accepted"
+            ] == [
+                (before, 1, "accepted"),
+                (waiting, 1, "accepted"),
+                (after, 1, "accepted"),
+            ]
+            assert [e["seq"] for e in stream] == sorted({e["seq"] for e in stream})
+            for op in (before, waiting, after):
+                assert states(old, op) == ["accepted", "processing", "committed"]
+            assert count(old, "SELECT count(*) FROM prme.operations WHERE accepted_seq IS NULL") == 2
+    finally:
+        testing.drop_database(pg_server, name)
 
 
 def test_events_of_one_operation_and_paging(conn: psycopg.Connection[Any]) -> None:
@@ -1080,3 +1300,18 @@ def test_ledger_status_reports_the_backlog(conn: psycopg.Connection[Any]) -> Non
         status = cur.execute("SELECT * FROM prme.ledger_status()").fetchone()
         assert status is not None
         assert (status["ready"], status["blocked"], status["processing"], status["oldest_ready_at"]) == (0, 0, 0, None)
+
+
+def test_ledger_status_reveals_counts_only(conn: psycopg.Connection[Any]) -> None:
+    """Granted to prme_app and shown by /ready to any token: a backlog across owners, as
+    counts and one age; no owner, operation id, kind or payload (docs/LEDGER.md, Readiness)."""
+    submit(conn, "add_node", node("alice's secret"))
+    submit(conn, "add_event", {"content": "bob's secret"}, user_id="bob")
+    conn.execute("SET ROLE prme_app")
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute("SELECT * FROM prme.ledger_status()").fetchall()
+    conn.execute("RESET ROLE")
+    assert len(rows) == 1
+    assert list(rows[0]) == ["accepting", "ready", "blocked", "processing", "oldest_ready_at", "oldest_ready_age"]
+    assert (rows[0]["ready"], rows[0]["blocked"], rows[0]["processing"]) == (2, 0, 0)
+    assert "secret" not in repr(rows) and "alice" not in repr(rows) and "bob" not in repr(rows)

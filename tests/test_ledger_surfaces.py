@@ -96,7 +96,7 @@ def test_sync_client_submit_receipt_events_and_status(db_dsn: str) -> None:
             memory.submit_operation(uuid.uuid4(), "add_node", payload, user_id="alice", schema_version=1)
         with pytest.raises(InvalidInput):
             memory.submit_operation(uuid.uuid4(), "drop_everything", payload, user_id="alice")
-        with pytest.raises(InvalidInput):
+        with pytest.raises(NotFoundError):  # an operation unknown to this owner
             memory.submit_operation(uuid.uuid4(), "add_node", payload, user_id="alice", dependencies=[uuid.uuid4()])
         with pytest.raises(InvalidInput):
             memory.submit_operation(uuid.uuid4(), "add_node", [1], user_id="alice")  # type: ignore[arg-type]
@@ -196,7 +196,6 @@ def test_http_submit_status_matrix(api: Api) -> None:
             _body(schema_version=1),
             _body(schema_version=2**40),
             _body(kind="drop_everything"),
-            _body(dependencies=[str(uuid.uuid4())]),
             _body(payload=[1]),
             _body(operation_id="nope"),
             _body(surprise=True),
@@ -206,6 +205,10 @@ def test_http_submit_status_matrix(api: Api) -> None:
         _problem(
             http.post("/api/v2/operations", content=b"{", headers={"content-type": "application/json"}), 422, "PR422"
         )
+        # A dependency unknown to this owner: not found, and nothing stored.
+        unknown = _body(dependencies=[str(uuid.uuid4())])
+        _problem(http.post("/api/v2/operations", json=unknown), 404, "PR404")
+        _problem(http.get(f"/api/v2/operations/{unknown['operation_id']}"), 404, "PR404")
 
         dependent = _body(dependencies=[body["operation_id"]])
         response = http.post("/api/v2/operations", json=dependent)
@@ -229,13 +232,14 @@ def test_http_owners_are_isolated(api: Api) -> None:
         # Ids are scoped by owner: bob's operation with alice's id is his own, new operation.
         mine = bob.post("/api/v2/operations", json={**body, "payload": {"c": 1}, "payload_hash": _hash({"c": 1})})
         assert mine.status_code == 202, mine.text
-        # A dependency must be the same owner's operation.
-        other = _body(dependencies=[str(uuid.uuid4())])
-        assert alice.post("/api/v2/operations", json=other).status_code == 422
         with bob.stream("GET", "/api/v2/events", params={"max_seconds": 0}) as response:
             events = _read_events(response)
         assert [e["data"]["operation_id"] for e in events] == [body["operation_id"]]
         assert alice.get(f"/api/v2/operations/{body['operation_id']}").json()["payload_hash"] == body["payload_hash"]
+        # A dependency must be the same owner's operation: another's is not found.
+        bobs_only = _body()
+        assert bob.post("/api/v2/operations", json=bobs_only).status_code == 202
+        _problem(alice.post("/api/v2/operations", json=_body(dependencies=[bobs_only["operation_id"]])), 404, "PR404")
 
 
 def test_ready_reports_the_ledger_backlog(api: Api) -> None:

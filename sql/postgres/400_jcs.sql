@@ -319,7 +319,13 @@ BEGIN
             RETURN '{' || coalesce((
                 SELECT string_agg(
                     to_json(e.key)::text || ':' || CASE jsonb_typeof(e.value)
-                        WHEN 'number' THEN prme._jcs_number(e.value::numeric)
+                        WHEN 'number' THEN CASE
+                            -- The common case inline (no call): see the array branch.
+                            WHEN e.value::text ~ '^-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?$'
+                                AND length(translate(e.value::text, '-.', '')) <= 15
+                                AND e.value::text !~ '^-?0\.00000' THEN e.value::text
+                            ELSE prme._jcs_number(e.value::numeric)
+                        END
                         WHEN 'object' THEN prme._jcs(e.value)
                         WHEN 'array' THEN prme._jcs(e.value)
                         ELSE e.value::text
@@ -334,7 +340,16 @@ BEGIN
             RETURN '[' || coalesce((
                 SELECT string_agg(
                     CASE jsonb_typeof(e.value)
-                        WHEN 'number' THEN prme._jcs_number(e.value::numeric)
+                        WHEN 'number' THEN CASE
+                            -- The common case inline, without calling _jcs_number: at most
+                            -- 15 digits, no trailing fractional zero, at least 1e-5. Such a
+                            -- number is exact or round-trips through a double, so its own
+                            -- text is the shortest form (rules 1 and 2 of _jcs_number).
+                            WHEN e.value::text ~ '^-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?$'
+                                AND length(translate(e.value::text, '-.', '')) <= 15
+                                AND e.value::text !~ '^-?0\.00000' THEN e.value::text
+                            ELSE prme._jcs_number(e.value::numeric)
+                        END
                         WHEN 'object' THEN prme._jcs(e.value)
                         WHEN 'array' THEN prme._jcs(e.value)
                         ELSE e.value::text

@@ -9,13 +9,16 @@
 --
 --   accepted -> blocked -> accepted (released) -> processing -> committed
 --                                                            \-> rejected
--- committed and rejected are terminal. Every state change appends one row to
--- prme.operation_events in the same transaction, with a per-operation sequence
--- (operation_seq, 1, 2, 3, ...) and a position in the owner's stream (seq), and
--- notifies channel prme_operations (payload 'ready': claimable work; 'events':
--- anything else; submits throttled, see prme._notify_ready below).
+-- committed and rejected are terminal. Every state change has an event, written
+-- in the same transaction, with a per-operation sequence (operation_seq, 1, 2,
+-- 3, ...) and a position in the owner's stream (seq), and notifies channel
+-- prme_operations (payload 'ready': claimable work; 'events': anything else;
+-- submits throttled, see prme._notify_ready below). The first event, accepted,
+-- is kept in the operation row itself (accepted_seq; operation_seq 1, detail {}):
+-- a submit writes one row, not two. Every later event is a row of
+-- prme.operation_events. prme.operation_events() reads both as one stream.
 --
--- seq is (top-level transaction id << 20) + n, n counting the owner's events
+-- seq is (top-level transaction id << 20) + n, n counting the events written
 -- within that transaction. Sequences drawn from a SEQUENCE can commit out of
 -- order, so a reader resuming "after seq S" could miss an event that commits
 -- later with a smaller number. Tying seq to the transaction id closes that gap:
@@ -43,6 +46,9 @@ CREATE TABLE prme.operations (
     last_event_seq integer NOT NULL DEFAULT 0 CHECK (last_event_seq >= 0),
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL,
+    -- Last: added by migration 0006 (operations accepted before it have their
+    -- accepted event in prme.operation_events and NULL here).
+    accepted_seq bigint CHECK (accepted_seq > 0),
     PRIMARY KEY (user_id, operation_id),
     CHECK ((state = 'blocked') = (cardinality(blocked_by) > 0)),
     CHECK ((state = 'committed') = (result IS NOT NULL)),
@@ -60,6 +66,9 @@ COMMENT ON COLUMN prme.operations.next_attempt_at IS
 'The executor claims an accepted or processing operation from this time on (retries back off).';
 COMMENT ON COLUMN prme.operations.last_event_seq IS
 'operation_seq of the newest event of this operation (events are numbered under the row lock).';
+COMMENT ON COLUMN prme.operations.accepted_seq IS
+'Stream position (seq) of the operation''s first event, accepted (operation_seq 1, detail {}), which lives in '
+'this row rather than in prme.operation_events. NULL for operations accepted before migration 0006.';
 
 -- The executor's queue: what can be claimed, oldest first.
 CREATE INDEX operations_ready ON prme.operations (next_attempt_at)
@@ -68,6 +77,11 @@ WHERE state IN ('accepted', 'processing');
 -- Dependents to release or reject when an operation finishes.
 CREATE INDEX operations_blocked ON prme.operations (user_id)
 WHERE state = 'blocked';
+
+-- The accepted events in stream order (prme.operation_events merges them with
+-- the table's events); unique like the table's key (user_id, seq).
+CREATE UNIQUE INDEX operations_accepted ON prme.operations (user_id, accepted_seq)
+WHERE accepted_seq IS NOT NULL;
 
 CREATE TABLE prme.operation_events (
     user_id text NOT NULL,
@@ -146,42 +160,44 @@ $$;
 COMMENT ON FUNCTION prme._operation_receipt(prme.operations, boolean) IS
 'Internal: the receipt of an operation row.';
 
-CREATE FUNCTION prme._next_event_seq(user_id text)
+CREATE FUNCTION prme._next_event_seq()
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
 DECLARE
     v_xid bigint := pg_current_xact_id()::text::bigint;
-    v_base bigint;
-    v_last bigint;
+    v_counter text := current_setting('prme.event_seq_counter', TRUE);
+    v_n integer;
 BEGIN
-    -- 2^43 transactions is decades of continuous work; refuse rather than wrap.
-    IF v_xid >= 8796093022208 THEN
-        RAISE EXCEPTION 'transaction id % is beyond the range of operation event positions', v_xid;
+    -- n counts this transaction's events in a transaction-local setting "xid:n"
+    -- (no lookup, no row): set_config(..., TRUE) ends with the transaction and is
+    -- undone with a rolled-back subtransaction, whose events are undone too.
+    -- Anything else found there (another transaction's value, garbage) starts at 0;
+    -- a session that forges it only makes its own inserts collide on the unique keys.
+    v_n := CASE
+        WHEN v_counter ~ '^[0-9]{1,19}:[0-9]{1,7}$' AND split_part(v_counter, ':', 1)::bigint = v_xid
+            THEN split_part(v_counter, ':', 2)::integer + 1
+        ELSE 0
+    END;
+    IF v_xid >= 8796093022208 OR v_n >= 1048576 THEN
+        -- 2^43 transactions is decades of continuous work; refuse rather than wrap.
+        IF v_xid >= 8796093022208 THEN
+            RAISE EXCEPTION 'transaction id % is beyond the range of operation event positions', v_xid;
+        END IF;
+        RAISE EXCEPTION 'more than 1048576 operation events in one transaction';
     END IF;
-    v_base := v_xid << 20;
-    -- The owner's newest event in this transaction (visible: our own rows).
-    SELECT e.seq INTO v_last
-    FROM prme.operation_events AS e
-    WHERE e.user_id = _next_event_seq.user_id AND e.seq >= v_base AND e.seq < v_base + 1048576
-    ORDER BY e.seq DESC
-    LIMIT 1;
-    IF v_last IS NULL THEN
-        RETURN v_base;
-    END IF;
-    IF v_last + 1 >= v_base + 1048576 THEN
-        RAISE EXCEPTION 'more than 1048576 operation events for one owner in one transaction';
-    END IF;
-    RETURN v_last + 1;
+    -- set_config returns the value it set: n, read back (an assignment, not a
+    -- PERFORM, is the cheaper statement on this hot path).
+    RETURN (v_xid << 20)
+        + split_part(set_config('prme.event_seq_counter', v_xid::text || ':' || v_n::text, TRUE), ':', 2)::integer;
 END;
 $$;
 
-COMMENT ON FUNCTION prme._next_event_seq(text) IS
-'Internal: the next stream position for an event of user_id in this transaction: '
-'(top-level transaction id << 20) + n.';
+COMMENT ON FUNCTION prme._next_event_seq() IS
+'Internal: the next stream position for an operation event in this transaction: '
+'(top-level transaction id << 20) + n, n counted in the transaction-local setting prme.event_seq_counter.';
 
 CREATE FUNCTION prme._append_operation_event(op prme.operations, detail jsonb)
 RETURNS void
@@ -194,7 +210,7 @@ BEGIN
     -- and last_event_seq already incremented: this event is number last_event_seq.
     INSERT INTO prme.operation_events (user_id, seq, operation_id, operation_seq, state, detail, created_at)
     VALUES (
-        op.user_id, prme._next_event_seq(op.user_id), op.operation_id, op.last_event_seq, op.state,
+        op.user_id, prme._next_event_seq(), op.operation_id, op.last_event_seq, op.state,
         coalesce(detail, '{}'), op.updated_at
     );
     -- The executor's notifications: identical ones of one transaction are
@@ -226,21 +242,21 @@ LANGUAGE plpgsql
 VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_now bigint := (extract(epoch FROM clock_timestamp()) * 1000)::bigint;
-    v_last bigint;
-    v_setting text := current_setting('prme.notify_interval_ms', TRUE);
-    v_interval integer := CASE WHEN v_setting ~ '^[0-9]{1,9}$' THEN v_setting::integer ELSE 50 END;
 BEGIN
-    IF v_interval > 0 THEN
-        SELECT c.last_value INTO v_last FROM prme.operation_notify_clock AS c;
-        -- A clock that went backwards notifies too, rather than going quiet.
-        IF v_now - v_last < v_interval AND v_now >= v_last THEN
-            RETURN;
-        END IF;
-        PERFORM setval('prme.operation_notify_clock', v_now);
-    END IF;
-    PERFORM pg_notify('prme_operations', 'ready');
+    -- One statement (it runs on every submit): read the clock and, when the
+    -- interval has passed, move it and notify. An interval of 0 notifies every
+    -- time; a clock that went backwards notifies too, rather than going quiet.
+    PERFORM
+        CASE WHEN t.interval_ms > 0 THEN setval('prme.operation_notify_clock', t.now_ms) END,
+        pg_notify('prme_operations', 'ready')
+    FROM (
+        SELECT
+            (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms,
+            CASE WHEN s.setting ~ '^[0-9]{1,9}$' THEN s.setting::integer ELSE 50 END AS interval_ms
+        FROM (SELECT current_setting('prme.notify_interval_ms', TRUE) AS setting) AS s
+    ) AS t
+    CROSS JOIN prme.operation_notify_clock AS c
+    WHERE t.interval_ms = 0 OR t.now_ms - c.last_value >= t.interval_ms OR t.now_ms < c.last_value;
 END;
 $$;
 

@@ -10,11 +10,13 @@
 -- set) and payload_hash. The payload_hash is checked against the payload: the
 -- database recomputes the sha256 of its RFC 8785 form and refuses a mismatch
 -- (PR422), so a stored hash always describes the stored payload.
--- Dependencies must be operations the same owner has already submitted, so
--- there are no cycles and nothing waits for an operation that will never come.
--- A new operation appends its "accepted" event (operation_seq 1) and wakes
--- listeners with NOTIFY prme_operations, 'ready', throttled to one per
--- prme.notify_interval_ms (see prme._notify_ready in 410_operations.sql).
+-- Dependencies must be operations the same owner has already submitted (PR404
+-- otherwise: an id unknown to this owner, or the operation itself), so there are
+-- no cycles and nothing waits for an operation that will never come.
+-- A new operation is one row: its "accepted" event (operation_seq 1) is kept in
+-- the row (accepted_seq), not in a second one. It wakes listeners with NOTIFY
+-- prme_operations, 'ready', throttled to one per prme.notify_interval_ms (see
+-- prme._notify_ready in 410_operations.sql).
 -- =============================================================================
 
 CREATE FUNCTION prme._resubmitted(
@@ -73,34 +75,47 @@ AS $$
 DECLARE
     v_user_id text := prme._valid_user_id(submit_operation.user_id);
     v_op prme.operations;
-    v_dependencies uuid[];
+    v_dependencies uuid[] := '{}'::uuid[];
     v_hash text;
     v_missing uuid[];
-    v_now timestamptz := now();
 BEGIN
-    IF submit_operation.operation_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'operation_id must not be null';
-    END IF;
-    IF submit_operation.schema_version IS DISTINCT FROM 2 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'schema_version must be 2',
-            DETAIL = format('got %s', coalesce(submit_operation.schema_version::text, 'NULL'));
-    END IF;
-    IF submit_operation.kind IS NULL
-       OR submit_operation.kind NOT IN ('add_node', 'add_event', 'reinforce', 'archive_node') THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'kind must be add_node, add_event, reinforce or archive_node',
-            DETAIL = format('got %s', coalesce(quote_literal(left(submit_operation.kind, 80)), 'NULL'));
-    END IF;
-    IF submit_operation.payload IS NULL OR jsonb_typeof(submit_operation.payload) <> 'object' THEN
-        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be a JSON object';
-    END IF;
-    IF pg_column_size(submit_operation.payload) > 1048576 THEN
-        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be at most 1 MiB';
-    END IF;
-    IF array_position(submit_operation.dependencies, NULL) IS NOT NULL THEN
+    -- Speed matters here (docs/LEDGER.md, Performance): every PL/pgSQL expression
+    -- costs a plan check in each new transaction, so the common case runs as few
+    -- as possible. One test passes a valid request; only an invalid one takes the
+    -- checks one by one, to say what is wrong.
+    IF submit_operation.operation_id IS NULL
+       OR submit_operation.schema_version IS DISTINCT FROM 2
+       OR submit_operation.kind IS NULL
+       OR submit_operation.kind NOT IN (
+           'add_node', 'add_event', 'reinforce', 'archive_node', 'record_outcome', 'link_correction'
+       )
+       OR submit_operation.payload IS NULL
+       OR jsonb_typeof(submit_operation.payload) <> 'object'
+       OR pg_column_size(submit_operation.payload) > 1048576
+       OR array_position(submit_operation.dependencies, NULL) IS NOT NULL THEN
+        IF submit_operation.operation_id IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'operation_id must not be null';
+        END IF;
+        IF submit_operation.schema_version IS DISTINCT FROM 2 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR422',
+                MESSAGE = 'schema_version must be 2',
+                DETAIL = format('got %s', coalesce(submit_operation.schema_version::text, 'NULL'));
+        END IF;
+        IF submit_operation.kind IS NULL OR submit_operation.kind NOT IN (
+            'add_node', 'add_event', 'reinforce', 'archive_node', 'record_outcome', 'link_correction'
+        ) THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR422',
+                MESSAGE = 'kind must be add_node, add_event, reinforce, archive_node, record_outcome or link_correction',
+                DETAIL = format('got %s', coalesce(quote_literal(left(submit_operation.kind, 80)), 'NULL'));
+        END IF;
+        IF submit_operation.payload IS NULL OR jsonb_typeof(submit_operation.payload) <> 'object' THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be a JSON object';
+        END IF;
+        IF pg_column_size(submit_operation.payload) > 1048576 THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be at most 1 MiB';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'dependencies must not contain null';
     END IF;
     -- A set: sorted, duplicates dropped.
@@ -109,11 +124,14 @@ BEGIN
         IF cardinality(v_dependencies) > 100 THEN
             RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'an operation may have at most 100 dependencies';
         END IF;
+        -- Not yet submitted when it names itself: "not found" like any other
+        -- dependency this owner has not submitted before (checked after the insert).
         IF submit_operation.operation_id = ANY(v_dependencies) THEN
-            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'an operation cannot depend on itself';
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR404',
+                MESSAGE = 'dependencies must be operations this owner has already submitted',
+                DETAIL = format('an operation cannot depend on itself: %s', submit_operation.operation_id);
         END IF;
-    ELSE
-        v_dependencies := '{}';
     END IF;
     v_hash := encode(sha256(convert_to(prme._jcs(submit_operation.payload), 'UTF8')), 'hex');
     IF v_hash IS DISTINCT FROM submit_operation.payload_hash THEN
@@ -126,16 +144,24 @@ BEGIN
             DETAIL = format('sha256 of the payload''s RFC 8785 form is %s', v_hash);
     END IF;
 
-    -- Insert first: a retry meets its operation in the primary key and writes nothing
-    -- (and a concurrent first submit of the same id is waited for, then found).
+    -- A retry finds its operation and writes nothing (not even a transaction id).
+    SELECT o.* INTO v_op
+    FROM prme.operations AS o
+    WHERE o.user_id = v_user_id AND o.operation_id = submit_operation.operation_id;
+    IF FOUND THEN
+        RETURN prme._resubmitted(v_op, submit_operation.kind, v_dependencies, v_hash);
+    END IF;
+    -- A new operation: the row carries its accepted event (accepted_seq, see
+    -- 410_operations.sql). A concurrent first submit of the same id is waited for
+    -- in the primary key, then found.
     INSERT INTO prme.operations (
         user_id, operation_id, schema_version, kind, dependencies, payload_hash, payload, state, blocked_by,
-        attempts, next_attempt_at, last_event_seq, created_at, updated_at
+        attempts, next_attempt_at, last_event_seq, created_at, updated_at, accepted_seq
     ) VALUES (
         v_user_id, submit_operation.operation_id, 2, submit_operation.kind, v_dependencies, v_hash,
-        submit_operation.payload, 'accepted', '{}', 0, v_now, 1, v_now, v_now
+        submit_operation.payload, 'accepted', '{}', 0, now(), 1, now(), now(), prme._next_event_seq()
     )
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (user_id, operation_id) DO NOTHING
     RETURNING * INTO v_op;
     IF NOT FOUND THEN
         SELECT o.* INTO v_op
@@ -158,17 +184,21 @@ BEGIN
             ORDER BY d
         );
         IF cardinality(v_missing) > 0 THEN
+            -- Unknown to this owner, whether it never existed or is another owner's:
+            -- "not found", as for any other id (docs/LEDGER.md).
             RAISE EXCEPTION USING
-                ERRCODE = 'PR422',
+                ERRCODE = 'PR404',
                 MESSAGE = 'dependencies must be operations this owner has already submitted',
                 DETAIL = format('unknown: %s', array_to_string(v_missing, ', '));
         END IF;
     END IF;
 
-    INSERT INTO prme.operation_events (user_id, seq, operation_id, operation_seq, state, detail, created_at)
-    VALUES (v_user_id, prme._next_event_seq(v_user_id), v_op.operation_id, 1, 'accepted', '{}', v_now);
     PERFORM prme._notify_ready();
-    RETURN prme._operation_receipt(v_op, TRUE);
+    -- prme._operation_receipt(v_op, TRUE), written out: one call less on the hot path.
+    RETURN ROW(
+        v_op.operation_id, v_op.kind, v_op.payload_hash, v_op.dependencies, v_op.state, v_op.blocked_by,
+        v_op.result, v_op.error, v_op.attempts, v_op.created_at, v_op.updated_at, TRUE
+    )::prme.operation_receipt;
 END;
 $$;
 
@@ -176,8 +206,9 @@ COMMENT ON FUNCTION prme.submit_operation(text, uuid, integer, text, uuid[], tex
 'Durably accepts an operation of user_id for the executor. A new operation_id returns the receipt with '
 'created = true; the same id with the same kind, dependencies and payload_hash returns the stored receipt '
 '(created = false); the same id with anything else raises PR409. schema_version must be 2; kind is add_node, '
-'add_event, reinforce or archive_node; payload_hash must be the sha256 hex of the payload''s RFC 8785 form '
-'(PR422 otherwise); dependencies must already be submitted by the same owner.';
+'add_event, reinforce, archive_node, record_outcome or link_correction; payload_hash must be the sha256 hex of '
+'the payload''s RFC 8785 form (PR422 otherwise); dependencies must already be submitted by the same owner '
+'(PR404 otherwise, also for the operation itself).';
 
 CREATE FUNCTION prme.get_receipt(user_id text, operation_id uuid)
 RETURNS prme.operation_receipt

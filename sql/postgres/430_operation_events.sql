@@ -10,6 +10,8 @@
 -- the cluster) that was already running when it committed has finished, so a
 -- long-running writer delays the stream, never reorders it. Readers that wake
 -- on NOTIFY prme_operations should also poll now and then (docs/LEDGER.md).
+-- An operation's accepted event lives in its operation row (accepted_seq) and is
+-- read from there, merged into the stream by seq.
 -- =============================================================================
 
 CREATE FUNCTION prme.operation_events(
@@ -46,20 +48,39 @@ BEGIN
     -- rows read belong to the same snapshot.
     v_horizon := pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 20;
 
+    -- Two sources, one stream: the rows of prme.operation_events, and the accepted
+    -- events kept in the operation rows (accepted_seq, 410_operations.sql). Each
+    -- side is an index range scan in seq order; the union is merged, then cut.
     IF operation_events.operation_id IS NULL THEN
         RETURN QUERY
-        SELECT e.seq, e.operation_id, e.operation_seq, e.state, e.detail, e.created_at
-        FROM prme.operation_events AS e
-        WHERE e.user_id = v_user_id AND e.seq > operation_events.after_seq AND e.seq < v_horizon
-        ORDER BY e.seq
+        SELECT s.seq, s.operation_id, s.operation_seq, s.state, s.detail, s.created_at
+        FROM (
+            SELECT e.seq, e.operation_id, e.operation_seq, e.state, e.detail, e.created_at
+            FROM prme.operation_events AS e
+            WHERE e.user_id = v_user_id AND e.seq > operation_events.after_seq AND e.seq < v_horizon
+            UNION ALL
+            SELECT o.accepted_seq, o.operation_id, 1, 'accepted', '{}'::jsonb, o.created_at
+            FROM prme.operations AS o
+            WHERE o.user_id = v_user_id AND o.accepted_seq > operation_events.after_seq
+              AND o.accepted_seq < v_horizon
+        ) AS s
+        ORDER BY s.seq
         LIMIT operation_events.max_count;
     ELSE
         RETURN QUERY
-        SELECT e.seq, e.operation_id, e.operation_seq, e.state, e.detail, e.created_at
-        FROM prme.operation_events AS e
-        WHERE e.user_id = v_user_id AND e.operation_id = operation_events.operation_id
-          AND e.seq > operation_events.after_seq AND e.seq < v_horizon
-        ORDER BY e.seq
+        SELECT s.seq, s.operation_id, s.operation_seq, s.state, s.detail, s.created_at
+        FROM (
+            SELECT e.seq, e.operation_id, e.operation_seq, e.state, e.detail, e.created_at
+            FROM prme.operation_events AS e
+            WHERE e.user_id = v_user_id AND e.operation_id = operation_events.operation_id
+              AND e.seq > operation_events.after_seq AND e.seq < v_horizon
+            UNION ALL
+            SELECT o.accepted_seq, o.operation_id, 1, 'accepted', '{}'::jsonb, o.created_at
+            FROM prme.operations AS o
+            WHERE o.user_id = v_user_id AND o.operation_id = operation_events.operation_id
+              AND o.accepted_seq > operation_events.after_seq AND o.accepted_seq < v_horizon
+        ) AS s
+        ORDER BY s.seq
         LIMIT operation_events.max_count;
     END IF;
 END;

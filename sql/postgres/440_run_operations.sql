@@ -24,7 +24,7 @@
 -- so that in the event stream (ordered by transaction id) a dependency's outcome
 -- always comes before anything that waited for it.
 -- Ids: add_node and add_event create prme.derived_id(operation_id); reinforce
--- passes operation_id as its request_id.
+-- and record_outcome pass operation_id as their request_id.
 -- =============================================================================
 
 CREATE FUNCTION prme._payload_fields(payload jsonb, kind text, allowed text[], required text[])
@@ -116,6 +116,37 @@ $$;
 COMMENT ON FUNCTION prme._payload_uuid(jsonb, text) IS
 'Internal: a UUID field of a payload (NULL when absent or null); PR422 unless it is 8-4-4-4-12 hex digits.';
 
+CREATE FUNCTION prme._payload_uuids(payload jsonb, field text)
+RETURNS uuid[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF coalesce(jsonb_typeof(payload -> field), 'null') = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(payload -> field) <> 'array' OR EXISTS (
+        SELECT FROM jsonb_array_elements(payload -> field) AS e (element)
+        WHERE jsonb_typeof(e.element) <> 'string'
+           OR e.element #>> '{}' !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$'
+    ) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('payload field %s must be an array of UUIDs (8-4-4-4-12 hex digits)', field);
+    END IF;
+    RETURN ARRAY(
+        SELECT e.element::uuid
+        FROM jsonb_array_elements_text(payload -> field) WITH ORDINALITY AS e (element, position)
+        ORDER BY e.position
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION prme._payload_uuids(jsonb, text) IS
+'Internal: an array-of-UUIDs field of a payload, in order (NULL when absent or null); PR422 unless it is an '
+'array whose elements are all 8-4-4-4-12 hex digit strings.';
+
 CREATE FUNCTION prme._payload_time(payload jsonb, field text)
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -161,6 +192,7 @@ DECLARE
     v_step record;
     v_node prme.node_view;
     v_event prme.events;
+    v_outcome prme.outcome_view;
 BEGIN
     parts_used := 0;
     CASE op.kind
@@ -236,6 +268,40 @@ BEGIN
             PERFORM prme._payload_fields(v_payload, op.kind, ARRAY['node_id'], ARRAY['node_id']);
             v_node := prme.archive_node(op.user_id, prme._payload_uuid(v_payload, 'node_id'));
             result := jsonb_build_object('node_id', v_node.id, 'node_version', v_node.version);
+        WHEN 'record_outcome' THEN
+            PERFORM prme._payload_fields(v_payload, op.kind, ARRAY[
+                'node_id', 'outcome', 'evidence_id', 'profile_id', 'thread_id', 'notes'
+            ], ARRAY['node_id', 'outcome']);
+            v_outcome := prme.record_outcome(
+                user_id => op.user_id,
+                node_id => prme._payload_uuid(v_payload, 'node_id'),
+                outcome => prme._payload_text(v_payload, 'outcome'),
+                evidence_id => prme._payload_uuid(v_payload, 'evidence_id'),
+                profile_id => prme._payload_text(v_payload, 'profile_id'),
+                thread_id => prme._payload_text(v_payload, 'thread_id'),
+                notes => prme._payload_text(v_payload, 'notes'),
+                request_id => op.operation_id
+            );
+            result := jsonb_build_object(
+                'outcome_id', v_outcome.id, 'node_id', v_outcome.node_id, 'node_version', v_outcome.node_version,
+                'replayed', v_outcome.replayed
+            );
+        WHEN 'link_correction' THEN
+            PERFORM prme._payload_fields(v_payload, op.kind, ARRAY[
+                'message', 'candidate_node_ids', 'thread_id'
+            ], ARRAY['message', 'candidate_node_ids']);
+            -- Exactly one row; keys with no value (node_id when unmatched, inbox_id
+            -- when linked) stay in the result as null, so every result has one shape.
+            SELECT jsonb_build_object(
+                'status', l.status, 'node_id', l.node_id, 'outcome_id', l.outcome_id, 'inbox_id', l.inbox_id,
+                'matches', l.matches
+            ) INTO STRICT result
+            FROM prme.link_correction(
+                user_id => op.user_id,
+                message => prme._payload_text(v_payload, 'message'),
+                candidate_node_ids => prme._payload_uuids(v_payload, 'candidate_node_ids'),
+                thread_id => prme._payload_text(v_payload, 'thread_id')
+            ) AS l;
         ELSE
             RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = format('unknown operation kind %s', op.kind);
     END CASE;

@@ -5,16 +5,18 @@
 -- helpers not); RFC 8785 canonical text and uuid v5 for known inputs; receipt
 -- rules (new, same, conflicting, invalid submits; ids scoped by owner); events
 -- numbered per operation, and hidden from readers while their transaction runs;
--- the executor applying each kind once through the API functions, blocking,
--- releasing and rejecting by dependency, rejecting invalid payloads with a
--- reason; a long memory planned into parts and committed as one memory.
+-- the executor applying each kind once through the API functions (record_outcome
+-- and link_correction included), blocking, releasing and rejecting by dependency,
+-- rejecting invalid payloads with a reason; a long memory planned into parts and
+-- committed as one memory. A submit writes one row: the accepted event is kept in
+-- the operation row (accepted_seq).
 -- Concurrency, killed executors and streams across transactions are in
 -- tests/test_ledger.py.
 --
 -- Fixed operation ids: 0e000000-0000-4000-8000-0000000000NN.
 -- =============================================================================
 BEGIN;
-SELECT plan(74);
+SELECT plan(88);
 
 CREATE FUNCTION pg_temp.op(n integer) RETURNS uuid LANGUAGE sql IMMUTABLE AS $$
     SELECT ('0e000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid
@@ -38,12 +40,18 @@ CREATE FUNCTION pg_temp.reason(p_n integer) RETURNS text LANGUAGE sql AS $$
     SELECT (prme.get_receipt('alice', pg_temp.op(p_n))).error ->> 'reason'
 $$;
 
--- The states of an operation's events, read from the table (operation_events
--- hides events of running transactions, this one included).
+-- The states of an operation's events, read from the tables (operation_events
+-- hides events of running transactions, this one included): the accepted event
+-- in the operation row, the later ones in prme.operation_events.
 CREATE FUNCTION pg_temp.history(p_n integer) RETURNS text[] LANGUAGE sql AS $$
     SELECT array_agg(e.state ORDER BY e.operation_seq)
-    FROM prme.operation_events AS e
-    WHERE e.user_id = 'alice' AND e.operation_id = pg_temp.op(p_n)
+    FROM (
+        SELECT e.state, e.operation_seq FROM prme.operation_events AS e
+        WHERE e.user_id = 'alice' AND e.operation_id = pg_temp.op(p_n)
+        UNION ALL
+        SELECT 'accepted', 1 FROM prme.operations AS o
+        WHERE o.user_id = 'alice' AND o.operation_id = pg_temp.op(p_n) AND o.accepted_seq IS NOT NULL
+    ) AS e
 $$;
 
 -- -----------------------------------------------------------------------------
@@ -143,12 +151,16 @@ SELECT throws_ok(
     $$SELECT pg_temp.submit('alice', 2, 'drop_table', '{"content": "x"}')$$, 'PR422', NULL, 'an unknown kind is PR422'
 );
 SELECT throws_ok(
-    $$SELECT pg_temp.submit('alice', 2, 'add_node', '{"content": "x"}', ARRAY[99])$$, 'PR422', NULL,
-    'an unknown dependency is PR422'
+    $$SELECT pg_temp.submit('alice', 2, 'add_node', '{"content": "x"}', ARRAY[99])$$, 'PR404', NULL,
+    'an unknown dependency is PR404 (an operation unavailable to this owner)'
 );
 SELECT throws_ok(
-    $$SELECT pg_temp.submit('alice', 2, 'add_node', '{"content": "x"}', ARRAY[2])$$, 'PR422', NULL,
-    'depending on itself is PR422'
+    $$SELECT pg_temp.submit('carol', 2, 'add_node', '{"content": "x"}', ARRAY[1])$$, 'PR404', NULL,
+    'another owner''s operation as a dependency is PR404'
+);
+SELECT throws_ok(
+    $$SELECT pg_temp.submit('alice', 2, 'add_node', '{"content": "x"}', ARRAY[2])$$, 'PR404', NULL,
+    'depending on itself is PR404 (it is not an operation submitted before)'
 );
 SELECT throws_ok(
     $$SELECT prme.get_receipt('alice', pg_temp.op(2))$$, 'PR404', 'operation not found',
@@ -162,7 +174,16 @@ SELECT is(
     (SELECT created FROM pg_temp.submit('bob', 1, 'add_node', '{"content": "bob''s own"}')), TRUE,
     'the same id is independent for another owner'
 );
-SELECT is(pg_temp.history(1), ARRAY['accepted'], 'acceptance appended one event');
+SELECT is(pg_temp.history(1), ARRAY['accepted'], 'acceptance has one event');
+SELECT is(
+    (SELECT count(*)::integer FROM prme.operation_events WHERE operation_id = pg_temp.op(1)), 0,
+    'kept in the operation row: a submit writes one row'
+);
+SELECT ok(
+    (SELECT accepted_seq >> 20 = pg_current_xact_id()::text::bigint FROM prme.operations
+     WHERE user_id = 'alice' AND operation_id = pg_temp.op(1)),
+    'its position is (transaction id << 20) + n'
+);
 SELECT is_empty(
     $$SELECT * FROM prme.operation_events('alice')$$,
     'events of a transaction that is still running are not shown, not even to itself'
@@ -302,6 +323,72 @@ SELECT is(pg_temp.state(12), 'accepted', 'and released the last one');
 SELECT lives_ok($$SELECT * FROM prme.run_operations(100, 'pgtap')$$, 'run again');
 SELECT is(pg_temp.history(12), ARRAY['accepted', 'blocked', 'accepted', 'processing', 'committed'],
     'the full life of a blocked operation');
+
+-- record_outcome and link_correction: applied through their API functions, once.
+-- The memory of operation 1 ("prefers tea") is active.
+DO $$
+BEGIN
+    PERFORM pg_temp.submit('alice', 20, 'record_outcome', jsonb_build_object(
+        'node_id', prme.derived_id(pg_temp.op(1)), 'outcome', 'implicit_success', 'thread_id', 't-1',
+        'evidence_id', prme.derived_id(pg_temp.op(3)), 'profile_id', 'p-1', 'notes', 'used it'));
+    PERFORM pg_temp.submit('alice', 21, 'record_outcome', jsonb_build_object(
+        'node_id', gen_random_uuid(), 'outcome', 'implicit_success'));
+    PERFORM pg_temp.submit('alice', 22, 'record_outcome', jsonb_build_object(
+        'node_id', prme.derived_id(pg_temp.op(1)), 'outcome', 'liked_it'));
+    PERFORM pg_temp.submit('alice', 23, 'link_correction', jsonb_build_object(
+        'message', 'no, it prefers coffee not tea', 'candidate_node_ids',
+        jsonb_build_array(prme.derived_id(pg_temp.op(1)), prme.derived_id(pg_temp.op(10))), 'thread_id', 't-1'));
+    PERFORM pg_temp.submit('alice', 24, 'link_correction', jsonb_build_object(
+        'message', 'actually, something unrelated entirely', 'candidate_node_ids', '[]'::jsonb));
+    PERFORM pg_temp.submit('alice', 25, 'link_correction', jsonb_build_object(
+        'message', 'no', 'candidate_node_ids', 'not-a-list'));
+END;
+$$;
+SELECT results_eq(
+    $$SELECT operation_id, outcome FROM prme.run_operations(100, 'pgtap') ORDER BY operation_id$$,
+    $$VALUES (pg_temp.op(20), 'committed'), (pg_temp.op(21), 'rejected'), (pg_temp.op(22), 'rejected'),
+        (pg_temp.op(23), 'committed'), (pg_temp.op(24), 'committed'), (pg_temp.op(25), 'rejected')$$,
+    'record_outcome and link_correction run; invalid ones are rejected'
+);
+SELECT results_eq(
+    $$SELECT outcome, evidence_id, profile_id, thread_id, notes, request_id, recorded_by FROM prme.outcomes
+      WHERE user_id = 'alice' AND recorded_by = 'record_outcome'$$,
+    $$VALUES ('implicit_success', prme.derived_id(pg_temp.op(3)), 'p-1', 't-1', 'used it', pg_temp.op(20),
+        'record_outcome')$$,
+    'record_outcome appended one outcome with every payload field, keyed by the operation id'
+);
+SELECT is(
+    (prme.get_receipt('alice', pg_temp.op(20))).result,
+    jsonb_build_object(
+        'outcome_id', (SELECT id FROM prme.outcomes WHERE request_id = pg_temp.op(20)),
+        'node_id', prme.derived_id(pg_temp.op(1)), 'node_version', 2, 'replayed', FALSE),
+    'the receipt of record_outcome names the outcome'
+);
+SELECT is(pg_temp.reason(21), 'not_found', 'an outcome for an unknown memory is rejected as not_found');
+SELECT is(pg_temp.reason(22), 'invalid_payload', 'an unknown outcome is rejected as invalid_payload');
+SELECT is(pg_temp.reason(25), 'invalid_payload', 'candidate_node_ids that is not an array is invalid_payload');
+SELECT is(
+    (prme.get_receipt('alice', pg_temp.op(23))).result - 'matches',
+    jsonb_build_object(
+        'status', 'linked', 'node_id', prme.derived_id(pg_temp.op(1)),
+        'outcome_id', (SELECT id FROM prme.outcomes WHERE recorded_by = 'link_correction'), 'inbox_id', NULL),
+    'a matching correction is linked to its memory; the receipt names the outcome'
+);
+SELECT is(
+    (prme.get_receipt('alice', pg_temp.op(24))).result - 'inbox_id',
+    '{"status": "unmatched", "node_id": null, "outcome_id": null, "matches": []}'::jsonb,
+    'a correction that matches nothing is unmatched'
+);
+SELECT is(
+    (SELECT id FROM prme.correction_inbox WHERE user_id = 'alice'),
+    ((prme.get_receipt('alice', pg_temp.op(24))).result ->> 'inbox_id')::uuid,
+    'and its receipt names the inbox entry'
+);
+SELECT is_empty($$SELECT * FROM prme.run_operations(100, 'pgtap')$$, 'nothing is applied twice');
+SELECT is(
+    (SELECT count(*)::integer FROM prme.outcomes WHERE user_id = 'alice' AND recorded_by <> 'reinforce'), 2,
+    'one outcome each from record_outcome and link_correction'
+);
 
 SELECT * FROM finish();
 ROLLBACK;
