@@ -5,6 +5,8 @@ Run from the repository root:
     .venv/bin/python bench/maintenance_bench.py               # 1,000,000 memories, 5,000,000 outcome events
     .venv/bin/python bench/maintenance_bench.py --scale 0.1   # 100,000 and 500,000 (a quick look)
     .venv/bin/python bench/maintenance_bench.py --patch       # also time maintenance_patch (stores every op)
+    .venv/bin/python bench/maintenance_bench.py --previous    # also time the report as first released (0003)
+    .venv/bin/python bench/maintenance_bench.py --floor       # also time returning the rows without computing them
 
 It starts its own throwaway cluster from this machine's PostgreSQL binaries (durability
 off: the data is generated, and the measured statements only read), applies the
@@ -31,7 +33,19 @@ backend plus any parallel workers, from /proc: robust on a shared machine):
 * one sequential scan of the outcome table, SELECT count(*) FROM prme.outcomes, in a
   single process (max_parallel_workers_per_gather = 0): the baseline of the target;
 * the same scan with the server's parallel workers, for reference;
-* SELECT count(*) FROM prme.maintenance_report('bench'), as prme_app would call it.
+* SELECT count(*) FROM prme.maintenance_report('bench'), in a single process like the
+  baseline (the same max_parallel_workers_per_gather = 0; JIT is whatever the server
+  decides for the scan, and off inside the report, which sets jit = off itself);
+* with --previous, the report as migration 0003 released it, created under another name
+  from that file's text, measured in the same rounds: before and after side by side;
+* with --floor, a function that does only what no report can avoid: the same scan and first
+  cut of prme.node_maintenance, and its rows (same columns) into the function's result,
+  nothing computed. What the report costs beyond it is its rules.
+
+Both sides read warm pages from shared buffers: the run ends by checking, with EXPLAIN
+(BUFFERS), that the baseline scan read no page from outside them, and says so in red if
+it did (a table over a quarter of shared_buffers is scanned through a small ring of
+buffers, which would make the baseline slower than the report's reads).
 
 The target is report <= 3 x the single-process scan; the ratio against the parallel scan is
 printed too. Exit status 1 when the target is missed.
@@ -61,6 +75,36 @@ console = Console(width=None if sys.stdout.isatty() else 150)
 TARGET_RATIO = 3.0
 USER = "bench"
 REPORT_SQL = "SELECT count(*) FROM prme.maintenance_report('bench')"
+PREVIOUS_SQL = "SELECT count(*) FROM prme_bench.maintenance_report_0003('bench')"
+PREVIOUS_MIGRATION = Path(__file__).resolve().parent.parent / "migrations" / "0003_outcomes_and_maintenance.sql"
+FLOOR_SQL = "SELECT count(*) FROM prme_bench.report_floor('bench')"
+FLOOR_FUNCTION = """
+CREATE FUNCTION prme_bench.report_floor(user_id text)
+RETURNS TABLE (
+    node_id uuid, recommendations text[], lifecycle_state text, stability text, suggested_stability text,
+    confidence_base numeric, suggested_confidence numeric, next_review_at timestamptz, overdue_cycles integer,
+    decayed_cycles integer, explicit_reinforcements bigint, implicit_successes bigint, explicit_corrections bigint
+)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_as_of timestamptz := now();
+BEGIN
+    RETURN QUERY
+    SELECT k.node_id, '{review_due}'::text[], k.lifecycle_state, k.stability, NULL::text, k.confidence_base::numeric,
+        k.confidence_base::numeric, k.next_review_at, 1, 0, k.explicit_reinforcements, k.implicit_successes,
+        k.explicit_corrections
+    FROM prme.node_maintenance AS k
+    WHERE k.user_id = report_floor.user_id
+      AND k.lifecycle_state IN ('active', 'contested')
+      AND (k.next_review_at <= v_as_of
+           OR k.explicit_corrections > k.reviewed_explicit_corrections
+           OR k.explicit_reinforcements >= k.reviewed_explicit_reinforcements + 2
+           OR k.implicit_successes >= k.reviewed_implicit_successes + 5);
+END;
+$$
+"""
 
 SERVER_SETTINGS = {
     "fsync": "off",
@@ -214,12 +258,29 @@ def _load(conn: psycopg.Connection[Any], nodes: int) -> dict[str, float]:
     return load
 
 
-def _measure(conn: psycopg.Connection[Any], meter: CpuMeter, runs: int) -> dict[str, Measure]:
+def _install_previous(conn: psycopg.Connection[Any]) -> None:
+    """The report as migration 0003 released it, as prme_bench.maintenance_report_0003."""
+    text = PREVIOUS_MIGRATION.read_text()
+    start = text.index("CREATE FUNCTION prme.maintenance_report(")
+    body = text[start : text.index("$$;", start) + 3]
+    body = body.replace("prme.maintenance_report(", "prme_bench.maintenance_report_0003(")
+    conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
+    conn.execute(body.replace("maintenance_report.", "maintenance_report_0003.").encode())
+
+
+def _measure(
+    conn: psycopg.Connection[Any], meter: CpuMeter, runs: int, previous: bool, floor: bool
+) -> dict[str, Measure]:
+    single = "SET max_parallel_workers_per_gather = 0"
     statements = {
-        "scan": ("SET max_parallel_workers_per_gather = 0", "SELECT count(*) FROM prme.outcomes"),
+        "scan": (single, "SELECT count(*) FROM prme.outcomes"),
         "scan_parallel": ("RESET max_parallel_workers_per_gather", "SELECT count(*) FROM prme.outcomes"),
-        "report": ("RESET max_parallel_workers_per_gather", REPORT_SQL),
+        "report": (single, REPORT_SQL),
     }
+    if previous:
+        statements["previous"] = (single, PREVIOUS_SQL)
+    if floor:
+        statements["floor"] = (single, FLOOR_SQL)
     measures = {name: Measure() for name in statements}
     with console.status("measuring"):
         for setup, query in statements.values():  # warm the cache and the plans
@@ -236,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the data size (default 1)")
     parser.add_argument("--runs", type=int, default=5, help="timed runs per statement (default 5)")
     parser.add_argument("--patch", action="store_true", help="also time one maintenance_patch (stores every op)")
+    parser.add_argument("--previous", action="store_true", help="also time the report as migration 0003 released it")
+    parser.add_argument("--floor", action="store_true", help="also time returning the rows without computing them")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     args = parser.parse_args(argv)
     nodes = max(2, round(args.nodes * args.scale / 2) * 2)  # even: events come in pairs of memories
@@ -257,7 +320,26 @@ def main(argv: list[str] | None = None) -> int:
             ).fetchone()
             assert sizes is not None
             meter = CpuMeter(postmaster_pid, int(conn.execute("SELECT pg_backend_pid()").fetchone()[0]))  # type: ignore[index]
-            measures = _measure(conn, meter, args.runs)
+            if args.previous:
+                _install_previous(conn)
+                same = conn.execute(
+                    "SELECT NOT EXISTS (SELECT * FROM prme.maintenance_report('bench')"
+                    " EXCEPT ALL SELECT * FROM prme_bench.maintenance_report_0003('bench'))"
+                    " AND NOT EXISTS (SELECT * FROM prme_bench.maintenance_report_0003('bench')"
+                    " EXCEPT ALL SELECT * FROM prme.maintenance_report('bench'))"
+                ).fetchone()
+                assert same is not None and same[0], "the report and its 0003 release disagree"
+            if args.floor:
+                conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
+                conn.execute(FLOOR_FUNCTION.encode())
+            measures = _measure(conn, meter, args.runs, args.previous, args.floor)
+            # Fairness: the baseline must read its pages from shared buffers, as the report
+            # reads prme.node_maintenance, not from the kernel's cache (a table over a quarter
+            # of shared_buffers is scanned through a small ring of buffers).
+            conn.execute("SET max_parallel_workers_per_gather = 0")
+            explained = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT count(*) FROM prme.outcomes")
+            scan_plan = explained.fetchone()[0][0]["Plan"]  # type: ignore[index]
+            scan_buffers = (int(scan_plan["Shared Hit Blocks"]), int(scan_plan["Shared Read Blocks"]))
             kinds: dict[str, int] = dict(
                 conn.execute(
                     "SELECT k, count(*) FROM prme.maintenance_report('bench'), unnest(recommendations) AS k"
@@ -291,8 +373,18 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_wall": round(ratio, 2),
         "ratio_cpu": round(report.cpu_median / scan.cpu_median, 2),
         "ratio_wall_vs_parallel_scan": round(report.wall_median / parallel.wall_median, 2),
+        "previous_ratio_wall": (
+            round(measures["previous"].wall_median / scan.wall_median, 2) if "previous" in measures else None
+        ),
+        "previous_ratio_cpu": (
+            round(measures["previous"].cpu_median / scan.cpu_median, 2) if "previous" in measures else None
+        ),
+        "floor_ratio_wall": round(measures["floor"].wall_median / scan.wall_median, 2) if "floor" in measures else None,
+        "floor_ratio_cpu": round(measures["floor"].cpu_median / scan.cpu_median, 2) if "floor" in measures else None,
         "target_ratio": TARGET_RATIO,
         "passed": ratio <= TARGET_RATIO,
+        "scan_shared_hit_blocks": scan_buffers[0],
+        "scan_shared_read_blocks": scan_buffers[1],
         "patch_seconds": None if patch is None else round(patch[0], 2),
         "patch_ops": None if patch is None else patch[1],
     }
@@ -311,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         ("seq scan of prme.outcomes, parallel workers", parallel),
         (f"maintenance_report ({report.value:,} rows)", report),
     ]
+    if "previous" in measures:
+        previous = measures["previous"]
+        rows.append((f"maintenance_report as released in 0003 ({previous.value:,} rows)", previous))
+    if "floor" in measures:
+        floor = measures["floor"]
+        rows.append((f"floor: first cut's rows returned, nothing computed ({floor.value:,} rows)", floor))
     for label, m in rows:
         table.add_row(
             label,
@@ -322,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     if patch is not None:
         table.add_row(f"maintenance_patch ({patch[1]:,} ops, once)", f"{patch[0]:.3f} s", "", "", "")
     console.print(table)
+    console.print(
+        f"baseline scan: {scan_buffers[0]:,} shared-buffer hits, {scan_buffers[1]:,} reads"
+        + ("" if scan_buffers[1] == 0 else " [red](not all in shared buffers: the comparison is unfair)[/]")
+    )
     console.print(
         f"tables: outcomes {sizes[0]} MB, node_maintenance {sizes[1]} MB, nodes {sizes[2]} MB; recommendations: "
         + ", ".join(f"{k} {v:,}" for k, v in kinds.items())

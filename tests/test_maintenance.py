@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,6 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.rows import dict_row
+
+from prme_pg import migrations, testing
 
 from .racing import race
 
@@ -420,3 +423,156 @@ def test_link_correction_follows_its_definition(
 )
 def test_is_correction(conn: psycopg.Connection[Any], message: str, expected: bool) -> None:
     assert _one(conn, "SELECT prme.is_correction(%s)", message) is expected
+
+
+# ---------------------------------------------------------------------------
+# maintenance_report: the cheaper query of 0007 returns what 0003 returned
+# ---------------------------------------------------------------------------
+
+FIRST_RELEASE = Path(__file__).resolve().parent.parent / "migrations" / "0003_outcomes_and_maintenance.sql"
+
+# 3,000 memories of two owners in every state the report distinguishes (stabilities,
+# lifecycle states, decay profiles, confidence 0 to 1, due or not, decayed cycles
+# against the current or an old schedule, reviewed or not) with 0 to 14 outcome events
+# each over the last ten days, inserted as a bulk load would be (the bookkeeping is
+# rebuilt set-based, then given review and decay states).
+VARIED_MEMORIES = """
+INSERT INTO prme.nodes (
+    id, user_id, namespace, scope, kind, content, confidence_base, salience_base, reinforcement_boost,
+    evidence_refs, stability, next_review_at, lifecycle_state, decay_profile, created_at, updated_at, version,
+    last_checksum
+)
+SELECT
+    ('30000000-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid,
+    CASE WHEN i % 7 = 0 THEN 'bob' ELSE 'alice' END, 'default', 'personal', 'fact', 'memory ' || i,
+    (h % 101) / 100.0, 0.5, 0, '{}',
+    (ARRAY['low', 'semi-stable', 'stable'])[1 + h % 3],
+    CASE WHEN h % 4 > 0 THEN now() + ((h % 400) - 300) * interval '1 day' + (h % 86400) * interval '1 second' END,
+    (ARRAY['active', 'active', 'active', 'contested', 'superseded', 'archived'])[1 + (h / 3) % 6],
+    (ARRAY['slow', 'medium', 'fast', 'permanent'])[1 + (h / 5) % 4],
+    now() - interval '2 years', now() - interval '1 day', 1, repeat('0', 64)
+FROM generate_series(1, 3000) AS i
+CROSS JOIN LATERAL (SELECT (i::bigint * 2654435761) % 4294967291 AS h) AS x
+"""
+VARIED_OUTCOMES = """
+INSERT INTO prme.outcomes (user_id, id, node_id, outcome, weight, recorded_by, node_version, created_at)
+SELECT
+    n.user_id, gen_random_uuid(), n.id, k.outcome, k.weight, 'record_outcome', 1,
+    now() - ((j * 7919 + i) % 14400) * interval '1 minute'
+FROM generate_series(1, 3000) AS i
+JOIN prme.nodes AS n ON n.id = ('30000000-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid
+CROSS JOIN LATERAL generate_series(1, (i * 31) % 15) AS j
+-- Every fifth memory hears only silent successes (flag_for_review, at low stability).
+CROSS JOIN LATERAL (SELECT CASE WHEN i % 5 = 0 THEN 50 ELSE ((i * 31 + j * 17) * 2654435761) % 100 END AS r) AS q
+CROSS JOIN LATERAL (
+    SELECT
+        CASE WHEN q.r < 20 THEN 'explicit_reinforcement' WHEN q.r < 70 THEN 'implicit_success'
+             WHEN q.r < 85 THEN 'neutral_exposure' ELSE 'explicit_correction' END AS outcome,
+        CASE WHEN q.r < 20 THEN 1.0 WHEN q.r < 70 THEN 0.2 WHEN q.r < 85 THEN 0 ELSE -1.0 END AS weight
+) AS k
+"""
+VARIED_STATES = """
+UPDATE prme.node_maintenance AS k SET
+    reviewed_explicit_reinforcements = k.explicit_reinforcements / 2,
+    reviewed_implicit_successes = k.implicit_successes / 2,
+    reviewed_neutral_exposures = k.neutral_exposures / 2,
+    reviewed_explicit_corrections = k.explicit_corrections / 2,
+    reviewed_at = now() - interval '3 days',
+    decay_anchor = CASE WHEN x.h % 3 = 0 THEN k.next_review_at - interval '1 day' ELSE k.next_review_at END,
+    decay_cycles = x.h % 4
+FROM (SELECT node_id, ('x' || substr(md5(node_id::text), 1, 8))::bit(32)::integer & 1023 AS h
+      FROM prme.node_maintenance) AS x
+WHERE x.node_id = k.node_id AND x.h % 3 > 0
+"""
+
+
+def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection[Any]) -> None:
+    text = FIRST_RELEASE.read_text()
+    start = text.index("CREATE FUNCTION prme.maintenance_report(")
+    first = text[start : text.index("$$;", start) + 3]
+    conn.execute("CREATE SCHEMA first_release")
+    # The same body under another name: its qualified references (maintenance_report.user_id)
+    # still name the function, which is called maintenance_report in either schema.
+    conn.execute(first.replace("prme.maintenance_report(", "first_release.maintenance_report(").encode())
+    conn.execute("SET session_replication_role = replica")  # a bulk load: the mirror trigger is off
+    conn.execute(VARIED_MEMORIES.encode())
+    conn.execute(VARIED_OUTCOMES.encode())
+    conn.execute("RESET session_replication_role")
+    for owner in ("alice", "bob"):
+        conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (owner,))
+    conn.execute(VARIED_STATES.encode())
+    # bob's own cadences and decay (one of them 0) against alice's defaults.
+    conn.execute(
+        "INSERT INTO prme.maintenance_settings (user_id, stability, review_cadence, decay_per_cycle) VALUES"
+        " ('bob', 'low', interval '36 hours', 0.3333), ('bob', 'stable', interval '400 days', 0)"
+    )
+    kinds: Counter[str] = Counter()
+    for owner in ("alice", "bob"):
+        for as_of in ("now()", "now() - interval '3 days'", "now() + interval '45 days'", "now() - interval '1 year'"):
+            # Compared as text: every value and its scale (0.7000 is not 0.7 here).
+            new = Counter(
+                r[0] for r in conn.execute(f"SELECT r::text FROM prme.maintenance_report(%s, {as_of}) AS r", (owner,))
+            )
+            old = Counter(
+                r[0]
+                for r in conn.execute(
+                    f"SELECT r::text FROM first_release.maintenance_report(%s, {as_of}) AS r", (owner,)
+                )
+            )
+            assert new == old, f"{owner} as of {as_of}: {len(new - old)} new rows differ, {len(old - new)} old ones"
+            kinds.update(
+                k
+                for (k,) in conn.execute(
+                    f"SELECT unnest(recommendations) FROM prme.maintenance_report(%s, {as_of})", (owner,)
+                )
+            )
+    # The data reaches every recommendation, so the comparison covers every branch.
+    assert set(kinds) == {
+        "decay_confidence",
+        "review_due",
+        "review_memory",
+        "decrease_stability",
+        "increase_stability",
+        "flag_for_review",
+        "mark_contested",
+    }, kinds
+
+
+def test_upgrading_to_0007_keeps_the_report(pg_server: testing.Server) -> None:
+    """A database at 0006 with bookkeeping in every state upgrades to 0007: the same
+    bookkeeping, the same report as of the same time, and the bookkeeping still kept up."""
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            every = migrations.load_migrations()
+            migrations.migrate(conn, [m for m in every if m.version < 7])
+            conn.execute("SET session_replication_role = replica")
+            conn.execute(VARIED_MEMORIES.encode())
+            conn.execute(VARIED_OUTCOMES.encode())
+            conn.execute("RESET session_replication_role")
+            for owner in ("alice", "bob"):
+                conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (owner,))
+            conn.execute(VARIED_STATES.encode())
+            as_of = _one(conn, "SELECT now()")
+            bookkeeping = "SELECT node_id, to_jsonb(k) FROM prme.node_maintenance AS k"
+            report = "SELECT r::text FROM prme.maintenance_report(%s, %s) AS r"
+            before = dict(conn.execute(bookkeeping).fetchall())
+            before_report = Counter(r[0] for r in conn.execute(report, ("alice", as_of)))
+
+            assert [m.version for m in migrations.migrate(conn, every)] == [m.version for m in every if m.version >= 7]
+            assert dict(conn.execute(bookkeeping).fetchall()) == before
+            assert Counter(r[0] for r in conn.execute(report, ("alice", as_of))) == before_report
+            assert len(before) == 3000 and sum(before_report.values()) > 500
+            # Kept up after the upgrade: an outcome adds to its memory's totals, a review settles.
+            node_id = _one(
+                conn,
+                "SELECT min(node_id::text)::uuid FROM prme.node_maintenance"
+                " WHERE user_id = 'alice' AND lifecycle_state = 'active'",
+            )
+            conn.execute("SELECT prme.record_outcome('alice', %s, 'explicit_correction')", (node_id,))
+            totals = _one(conn, "SELECT explicit_corrections FROM prme.node_maintenance WHERE node_id = %s", node_id)
+            assert totals == before[node_id]["explicit_corrections"] + 1
+            with conn.transaction(force_rollback=True):
+                assert _one(conn, "SELECT prme._rebuild_node_maintenance('alice')") == 0
+    finally:
+        testing.drop_database(pg_server, name)

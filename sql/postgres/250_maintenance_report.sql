@@ -63,20 +63,32 @@ DECLARE
     v_stable_decay numeric := v_stable.decay_per_cycle;
 BEGIN
     RETURN QUERY
-    WITH assessed AS (
+    WITH counted AS (
         SELECT
             k.node_id,
             k.lifecycle_state,
             k.stability,
             k.confidence_base,
-            k.decay_profile,
             k.next_review_at,
-            -- Outcomes since the last review, up to as_of.
-            greatest(k.explicit_reinforcements - k.reviewed_explicit_reinforcements - coalesce(l.later[1], 0), 0)
-                AS er,
-            greatest(k.implicit_successes - k.reviewed_implicit_successes - coalesce(l.later[2], 0), 0) AS isx,
-            greatest(k.explicit_corrections - k.reviewed_explicit_corrections - coalesce(l.later[3], 0), 0) AS ec,
-            -- Overdue cycles begun by as_of (computed for due memories only).
+            -- The text columns are classified once; everything after compares integers.
+            CASE k.stability WHEN 'low' THEN 1 WHEN 'semi-stable' THEN 2 ELSE 3 END AS stability_rank,
+            k.lifecycle_state = 'active' AS active,
+            -- Outcomes since the last review, up to as_of: the totals minus what the
+            -- review settled, minus (rarely) what was recorded after as_of.
+            CASE WHEN k.last_outcome_at > v_as_of
+                THEN greatest(k.explicit_reinforcements - k.reviewed_explicit_reinforcements - l.later[1], 0)
+                ELSE k.explicit_reinforcements - k.reviewed_explicit_reinforcements
+            END AS er,
+            CASE WHEN k.last_outcome_at > v_as_of
+                THEN greatest(k.implicit_successes - k.reviewed_implicit_successes - l.later[2], 0)
+                ELSE k.implicit_successes - k.reviewed_implicit_successes
+            END AS isx,
+            CASE WHEN k.last_outcome_at > v_as_of
+                THEN greatest(k.explicit_corrections - k.reviewed_explicit_corrections - l.later[3], 0)
+                ELSE k.explicit_corrections - k.reviewed_explicit_corrections
+            END AS ec,
+            coalesce(k.next_review_at <= v_as_of, false) AS due,
+            -- Overdue cycles begun by as_of (due memories only).
             CASE WHEN k.next_review_at <= v_as_of
                     THEN prme._cycles_due(k.next_review_at, v_as_of, CASE k.stability
                         WHEN 'low' THEN v_low_seconds WHEN 'semi-stable' THEN v_semi_seconds ELSE v_stable_seconds
@@ -85,8 +97,7 @@ BEGIN
             END AS cycles_due,
             -- Cycles already decayed against the current schedule.
             CASE WHEN k.decay_anchor = k.next_review_at THEN k.decay_cycles ELSE 0 END AS cycles_done,
-            CASE k.stability WHEN 'low' THEN v_low_decay WHEN 'semi-stable' THEN v_semi_decay ELSE v_stable_decay
-            END AS decay_per_cycle
+            k.decay_profile <> 'permanent' AND k.confidence_base > 0 AS can_decay
         FROM prme.node_maintenance AS k
         -- Outcomes recorded after as_of are not part of the report. Only memories
         -- whose newest outcome is later than as_of look them up (none when as_of is
@@ -110,36 +121,80 @@ BEGIN
                OR k.explicit_corrections > k.reviewed_explicit_corrections
                OR k.explicit_reinforcements >= k.reviewed_explicit_reinforcements + 2
                OR k.implicit_successes >= k.reviewed_implicit_successes + 5)
-        -- A fence: the counts and cycles of each memory are computed once, not once
-        -- per reference below.
+        -- A fence: each value above is computed once per memory, not once per
+        -- reference below.
+        OFFSET 0
+    ),
+
+    assessed AS (
+        SELECT
+            c.*,
+            CASE c.stability_rank WHEN 1 THEN v_low_decay WHEN 2 THEN v_semi_decay ELSE v_stable_decay
+            END AS decay_per_cycle,
+            -- decay_confidence: due, with overdue cycles not yet decayed.
+            c.cycles_due > c.cycles_done AND c.can_decay
+            AND CASE c.stability_rank WHEN 1 THEN v_low_decay WHEN 2 THEN v_semi_decay ELSE v_stable_decay END > 0
+                AS decaying,
+            -- What the outcomes call for, as one code (the recommendations after
+            -- review_due, in their documented order):
+            --   0 nothing                       4 review_memory, decrease_stability, mark_contested
+            --   1 review_memory (already low)   5 increase_stability
+            --   2 review_memory, decrease_stability
+            --   3 review_memory, mark_contested (already low)
+            --                                   6 flag_for_review
+            CASE
+                WHEN c.ec >= 1 THEN CASE WHEN c.stability_rank = 1 THEN 1 ELSE 2 END
+                    + CASE WHEN c.ec >= 2 AND c.active THEN 2 ELSE 0 END
+                WHEN NOT c.active THEN 0
+                WHEN c.er >= 2 THEN CASE WHEN c.stability_rank < 3 THEN 5 ELSE 0 END
+                WHEN c.isx >= 5 AND c.stability_rank = 1 THEN 6
+                ELSE 0
+            END AS moves
+        FROM counted AS c
         OFFSET 0
     )
 
     SELECT
         a.node_id,
-        array_remove(ARRAY[
-            CASE WHEN a.cycles_due > a.cycles_done AND a.confidence_base > 0 AND a.decay_per_cycle > 0
-                    AND a.decay_profile <> 'permanent' THEN 'decay_confidence' END,
-            CASE WHEN a.cycles_due > 0 THEN 'review_due' END,
-            CASE WHEN a.ec >= 1 THEN 'review_memory' END,
-            CASE WHEN a.ec >= 1 AND a.stability <> 'low' THEN 'decrease_stability' END,
-            CASE WHEN a.ec = 0 AND a.er >= 2 AND a.stability <> 'stable' AND a.lifecycle_state = 'active'
-                    THEN 'increase_stability' END,
-            CASE WHEN a.ec = 0 AND a.er < 2 AND a.isx >= 5 AND a.stability = 'low' AND a.lifecycle_state = 'active'
-                    THEN 'flag_for_review' END,
-            CASE WHEN a.ec >= 2 AND a.lifecycle_state = 'active' THEN 'mark_contested' END
-        ], NULL),
+        -- Constant arrays: nothing is built per row.
+        CASE
+            WHEN NOT a.due THEN CASE a.moves
+                WHEN 1 THEN '{review_memory}'::text[]
+                WHEN 2 THEN '{review_memory,decrease_stability}'
+                WHEN 3 THEN '{review_memory,mark_contested}'
+                WHEN 4 THEN '{review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{increase_stability}'
+                ELSE '{flag_for_review}'
+            END
+            WHEN a.decaying THEN CASE a.moves
+                WHEN 0 THEN '{decay_confidence,review_due}'::text[]
+                WHEN 1 THEN '{decay_confidence,review_due,review_memory}'
+                WHEN 2 THEN '{decay_confidence,review_due,review_memory,decrease_stability}'
+                WHEN 3 THEN '{decay_confidence,review_due,review_memory,mark_contested}'
+                WHEN 4 THEN '{decay_confidence,review_due,review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{decay_confidence,review_due,increase_stability}'
+                ELSE '{decay_confidence,review_due,flag_for_review}'
+            END
+            ELSE CASE a.moves
+                WHEN 0 THEN '{review_due}'::text[]
+                WHEN 1 THEN '{review_due,review_memory}'
+                WHEN 2 THEN '{review_due,review_memory,decrease_stability}'
+                WHEN 3 THEN '{review_due,review_memory,mark_contested}'
+                WHEN 4 THEN '{review_due,review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{review_due,increase_stability}'
+                ELSE '{review_due,flag_for_review}'
+            END
+        END,
         a.lifecycle_state,
         a.stability,
+        -- Decreases go one step down, increases one step up, a flag at most to semi-stable.
         CASE
-            WHEN a.ec >= 1 THEN CASE a.stability WHEN 'stable' THEN 'semi-stable' WHEN 'semi-stable' THEN 'low' END
-            WHEN a.lifecycle_state <> 'active' THEN NULL
-            WHEN a.er >= 2 THEN CASE a.stability WHEN 'low' THEN 'semi-stable' WHEN 'semi-stable' THEN 'stable' END
-            WHEN a.isx >= 5 AND a.stability = 'low' THEN 'semi-stable'
+            WHEN a.moves IN (2, 4) THEN CASE a.stability_rank WHEN 3 THEN 'semi-stable' ELSE 'low' END
+            WHEN a.moves = 5 THEN CASE a.stability_rank WHEN 1 THEN 'semi-stable' ELSE 'stable' END
+            WHEN a.moves = 6 THEN 'semi-stable'
         END,
         a.confidence_base::numeric,
-        CASE WHEN a.cycles_due > a.cycles_done AND a.confidence_base > 0 AND a.decay_per_cycle > 0
-                AND a.decay_profile <> 'permanent'
+        CASE WHEN a.decaying
                 THEN greatest(a.confidence_base - (a.cycles_due - a.cycles_done) * a.decay_per_cycle, 0)::numeric
         END,
         a.next_review_at,
@@ -150,9 +205,7 @@ BEGIN
         a.ec
     FROM assessed AS a
     -- Exactly the memories with at least one recommendation.
-    WHERE a.cycles_due > 0 OR a.ec >= 1
-       OR (a.ec = 0 AND a.lifecycle_state = 'active'
-           AND ((a.er >= 2 AND a.stability <> 'stable') OR (a.er < 2 AND a.isx >= 5 AND a.stability = 'low')));
+    WHERE a.due OR a.moves > 0;
 END;
 $$;
 

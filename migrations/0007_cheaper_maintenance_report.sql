@@ -1,0 +1,198 @@
+-- prme-pg migration 0007_cheaper_maintenance_report: maintenance_report computes the same rows with
+-- less work per memory (text columns classified once, recommendations chosen from constant arrays,
+-- outcome counts without a per-row lookup unless outcomes were recorded after as_of). Same rules,
+-- same output (docs/MAINTENANCE.md).
+-- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0007_cheaper_maintenance_report.sql
+-- (or prme-pg migrate). Its body is the changed function of sql/postgres/250_maintenance_report.sql.
+
+SET LOCAL ROLE prme_owner;
+
+-- >>> sql/postgres/250_maintenance_report.sql: the same report, cheaper per memory
+
+CREATE OR REPLACE FUNCTION prme.maintenance_report(user_id text, as_of timestamptz DEFAULT NULL)
+RETURNS TABLE (
+    node_id uuid,
+    recommendations text[],
+    lifecycle_state text,
+    stability text,
+    suggested_stability text,
+    confidence_base numeric,
+    suggested_confidence numeric,
+    next_review_at timestamptz,
+    overdue_cycles integer,
+    decayed_cycles integer,
+    explicit_reinforcements bigint,
+    implicit_successes bigint,
+    explicit_corrections bigint
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- Above jit_above_cost at a million memories, yet compiling the expressions costs
+-- more than it saves (measured: seconds).
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(maintenance_report.user_id);
+    v_as_of timestamptz := coalesce(prme._valid_timestamp('as_of', maintenance_report.as_of), now());
+    -- The effective settings, read once: the query needs no join for them.
+    v_low prme.maintenance_settings := prme._maintenance_setting(v_user_id, 'low');
+    v_semi prme.maintenance_settings := prme._maintenance_setting(v_user_id, 'semi-stable');
+    v_stable prme.maintenance_settings := prme._maintenance_setting(v_user_id, 'stable');
+    v_low_seconds double precision := date_part('epoch', v_low.review_cadence);
+    v_semi_seconds double precision := date_part('epoch', v_semi.review_cadence);
+    v_stable_seconds double precision := date_part('epoch', v_stable.review_cadence);
+    v_low_decay numeric := v_low.decay_per_cycle;
+    v_semi_decay numeric := v_semi.decay_per_cycle;
+    v_stable_decay numeric := v_stable.decay_per_cycle;
+BEGIN
+    RETURN QUERY
+    WITH counted AS (
+        SELECT
+            k.node_id,
+            k.lifecycle_state,
+            k.stability,
+            k.confidence_base,
+            k.next_review_at,
+            -- The text columns are classified once; everything after compares integers.
+            CASE k.stability WHEN 'low' THEN 1 WHEN 'semi-stable' THEN 2 ELSE 3 END AS stability_rank,
+            k.lifecycle_state = 'active' AS active,
+            -- Outcomes since the last review, up to as_of: the totals minus what the
+            -- review settled, minus (rarely) what was recorded after as_of.
+            CASE WHEN k.last_outcome_at > v_as_of
+                THEN greatest(k.explicit_reinforcements - k.reviewed_explicit_reinforcements - l.later[1], 0)
+                ELSE k.explicit_reinforcements - k.reviewed_explicit_reinforcements
+            END AS er,
+            CASE WHEN k.last_outcome_at > v_as_of
+                THEN greatest(k.implicit_successes - k.reviewed_implicit_successes - l.later[2], 0)
+                ELSE k.implicit_successes - k.reviewed_implicit_successes
+            END AS isx,
+            CASE WHEN k.last_outcome_at > v_as_of
+                THEN greatest(k.explicit_corrections - k.reviewed_explicit_corrections - l.later[3], 0)
+                ELSE k.explicit_corrections - k.reviewed_explicit_corrections
+            END AS ec,
+            coalesce(k.next_review_at <= v_as_of, false) AS due,
+            -- Overdue cycles begun by as_of (due memories only).
+            CASE WHEN k.next_review_at <= v_as_of
+                    THEN prme._cycles_due(k.next_review_at, v_as_of, CASE k.stability
+                        WHEN 'low' THEN v_low_seconds WHEN 'semi-stable' THEN v_semi_seconds ELSE v_stable_seconds
+                    END)
+                ELSE 0
+            END AS cycles_due,
+            -- Cycles already decayed against the current schedule.
+            CASE WHEN k.decay_anchor = k.next_review_at THEN k.decay_cycles ELSE 0 END AS cycles_done,
+            k.decay_profile <> 'permanent' AND k.confidence_base > 0 AS can_decay
+        FROM prme.node_maintenance AS k
+        -- Outcomes recorded after as_of are not part of the report. Only memories
+        -- whose newest outcome is later than as_of look them up (none when as_of is
+        -- now): an index range scan each.
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN k.last_outcome_at > v_as_of THEN (
+                SELECT ARRAY[
+                    count(*) FILTER (WHERE o.outcome = 'explicit_reinforcement'),
+                    count(*) FILTER (WHERE o.outcome = 'implicit_success'),
+                    count(*) FILTER (WHERE o.outcome = 'explicit_correction')
+                ]
+                FROM prme.outcomes AS o
+                WHERE o.user_id = k.user_id AND o.node_id = k.node_id AND o.created_at > v_as_of
+            ) END AS later
+        ) AS l
+        WHERE k.user_id = v_user_id
+          AND k.lifecycle_state IN ('active', 'contested')
+          -- A cheap first cut (counted before leaving out later outcomes, which
+          -- only lower them): neither due nor near any outcome threshold.
+          AND (k.next_review_at <= v_as_of
+               OR k.explicit_corrections > k.reviewed_explicit_corrections
+               OR k.explicit_reinforcements >= k.reviewed_explicit_reinforcements + 2
+               OR k.implicit_successes >= k.reviewed_implicit_successes + 5)
+        -- A fence: each value above is computed once per memory, not once per
+        -- reference below.
+        OFFSET 0
+    ),
+
+    assessed AS (
+        SELECT
+            c.*,
+            CASE c.stability_rank WHEN 1 THEN v_low_decay WHEN 2 THEN v_semi_decay ELSE v_stable_decay
+            END AS decay_per_cycle,
+            -- decay_confidence: due, with overdue cycles not yet decayed.
+            c.cycles_due > c.cycles_done AND c.can_decay
+            AND CASE c.stability_rank WHEN 1 THEN v_low_decay WHEN 2 THEN v_semi_decay ELSE v_stable_decay END > 0
+                AS decaying,
+            -- What the outcomes call for, as one code (the recommendations after
+            -- review_due, in their documented order):
+            --   0 nothing                       4 review_memory, decrease_stability, mark_contested
+            --   1 review_memory (already low)   5 increase_stability
+            --   2 review_memory, decrease_stability
+            --   3 review_memory, mark_contested (already low)
+            --                                   6 flag_for_review
+            CASE
+                WHEN c.ec >= 1 THEN CASE WHEN c.stability_rank = 1 THEN 1 ELSE 2 END
+                    + CASE WHEN c.ec >= 2 AND c.active THEN 2 ELSE 0 END
+                WHEN NOT c.active THEN 0
+                WHEN c.er >= 2 THEN CASE WHEN c.stability_rank < 3 THEN 5 ELSE 0 END
+                WHEN c.isx >= 5 AND c.stability_rank = 1 THEN 6
+                ELSE 0
+            END AS moves
+        FROM counted AS c
+        OFFSET 0
+    )
+
+    SELECT
+        a.node_id,
+        -- Constant arrays: nothing is built per row.
+        CASE
+            WHEN NOT a.due THEN CASE a.moves
+                WHEN 1 THEN '{review_memory}'::text[]
+                WHEN 2 THEN '{review_memory,decrease_stability}'
+                WHEN 3 THEN '{review_memory,mark_contested}'
+                WHEN 4 THEN '{review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{increase_stability}'
+                ELSE '{flag_for_review}'
+            END
+            WHEN a.decaying THEN CASE a.moves
+                WHEN 0 THEN '{decay_confidence,review_due}'::text[]
+                WHEN 1 THEN '{decay_confidence,review_due,review_memory}'
+                WHEN 2 THEN '{decay_confidence,review_due,review_memory,decrease_stability}'
+                WHEN 3 THEN '{decay_confidence,review_due,review_memory,mark_contested}'
+                WHEN 4 THEN '{decay_confidence,review_due,review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{decay_confidence,review_due,increase_stability}'
+                ELSE '{decay_confidence,review_due,flag_for_review}'
+            END
+            ELSE CASE a.moves
+                WHEN 0 THEN '{review_due}'::text[]
+                WHEN 1 THEN '{review_due,review_memory}'
+                WHEN 2 THEN '{review_due,review_memory,decrease_stability}'
+                WHEN 3 THEN '{review_due,review_memory,mark_contested}'
+                WHEN 4 THEN '{review_due,review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{review_due,increase_stability}'
+                ELSE '{review_due,flag_for_review}'
+            END
+        END,
+        a.lifecycle_state,
+        a.stability,
+        -- Decreases go one step down, increases one step up, a flag at most to semi-stable.
+        CASE
+            WHEN a.moves IN (2, 4) THEN CASE a.stability_rank WHEN 3 THEN 'semi-stable' ELSE 'low' END
+            WHEN a.moves = 5 THEN CASE a.stability_rank WHEN 1 THEN 'semi-stable' ELSE 'stable' END
+            WHEN a.moves = 6 THEN 'semi-stable'
+        END,
+        a.confidence_base::numeric,
+        CASE WHEN a.decaying
+                THEN greatest(a.confidence_base - (a.cycles_due - a.cycles_done) * a.decay_per_cycle, 0)::numeric
+        END,
+        a.next_review_at,
+        a.cycles_due,
+        a.cycles_done,
+        a.er,
+        a.isx,
+        a.ec
+    FROM assessed AS a
+    -- Exactly the memories with at least one recommendation.
+    WHERE a.due OR a.moves > 0;
+END;
+$$;
+-- prme-pg:seal (everything above this line is hashed; do not edit this file)
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (7, 'cheaper_maintenance_report', '35b3fc844c85aa4c93387a9a53ee77e9a178f05f3f0c4304e97a31b199674382');
