@@ -11,9 +11,10 @@ commit a moment later), and a retry with the same ``request_id`` is then a repla
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from types import TracebackType
 from typing import Any, Self
@@ -28,22 +29,26 @@ from .backends import (
     AuthenticateApiToken,
     CreateApiToken,
     CurrentSnapshot,
+    GetMaintenanceSettings,
     GetNode,
     GetPatch,
     GetReceipt,
     GetSnapshot,
+    IsCorrection,
     JournalRecords,
     LedgerStatusRequest,
+    ListCorrectionInbox,
     MaintenancePatchRequest,
     MaintenanceReport,
     OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
     ReplayNode,
+    ResetMaintenanceSettings,
     RevokeApiToken,
     VerifyJournal,
 )
-from .backends.duckdb import DEFAULT_PATH, AsyncDuckDBBackend
+from .backends.duckdb import DEFAULT_PATH, AsyncDuckDBBackend, PackClosedError
 from .backends.postgres import AsyncPostgresBackend, is_dsn
 from .client import (
     Fraction,
@@ -54,25 +59,33 @@ from .client import (
     assemble_prompt_request,
     check_pack_options,
     check_page_size,
+    link_correction_request,
     list_nodes_request,
+    mark_reviewed_request,
     operation_events_request,
     parse_time,
     parse_uuid,
     recall_request,
     record_outcome_request,
     reinforce_request,
+    resolve_correction_request,
+    set_maintenance_setting_request,
     submit_operation_request,
 )
+from .errors import PrmeError
 from .journal import verify_records
 from .models import (
     AppliedOp,
     AssembledPrompt,
+    CorrectionInboxEntry,
+    CorrectionLink,
     Event,
     JournalIssue,
     JournalRecord,
     LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
+    MaintenanceSetting,
     Node,
     NodeHead,
     OperationEvent,
@@ -84,6 +97,7 @@ from .models import (
     ReplayResult,
     Snapshot,
 )
+from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
 
 __all__ = ["AsyncMemoryClient"]
@@ -382,6 +396,55 @@ class AsyncMemoryClient:
         """Apply ops of a patch, manual or auto; each op at most once (PostgreSQL only)."""
         return await self._backend.execute(apply_patch_request(patch_id, op_ids, user_id, mode))
 
+    async def link_correction(
+        self,
+        message: str,
+        candidate_node_ids: Iterable[UUID | str],
+        *,
+        user_id: str,
+        thread_id: str | None = None,
+    ) -> CorrectionLink:
+        """Link a correction to the one candidate memory it overlaps, or put it in the inbox (PostgreSQL only)."""
+        return await self._backend.execute(link_correction_request(message, candidate_node_ids, user_id, thread_id))
+
+    async def is_correction(self, message: str) -> bool:
+        """Does ``message`` use explicit correction phrasing? Reads nothing (PostgreSQL only)."""
+        return await self._backend.execute(IsCorrection(message=message))
+
+    async def list_correction_inbox(
+        self, *, user_id: str, include_resolved: bool = False, max_count: int = 100
+    ) -> list[CorrectionInboxEntry]:
+        """The correction inbox of ``user_id``, oldest first (PostgreSQL only)."""
+        return await self._backend.execute(
+            ListCorrectionInbox(user_id=user_id, include_resolved=include_resolved, max_count=max_count)
+        )
+
+    async def resolve_correction(
+        self, inbox_id: UUID | str, node_id: UUID | str | None = None, *, user_id: str
+    ) -> CorrectionInboxEntry:
+        """Link an inbox entry to a memory, or dismiss it with ``node_id=None`` (PostgreSQL only)."""
+        return await self._backend.execute(resolve_correction_request(inbox_id, node_id, user_id))
+
+    async def mark_reviewed(self, node_id: UUID | str, *, user_id: str, next_review_at: datetime | None = None) -> Node:
+        """Record a review of a memory (PostgreSQL only)."""
+        return await self._backend.execute(mark_reviewed_request(node_id, user_id, next_review_at))
+
+    async def get_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
+        """The effective review cadence and decay of ``user_id`` per stability (PostgreSQL only)."""
+        return await self._backend.execute(GetMaintenanceSettings(user_id=user_id))
+
+    async def set_maintenance_setting(
+        self, stability: str, *, user_id: str, review_cadence: timedelta, decay_per_cycle: Fraction
+    ) -> list[MaintenanceSetting]:
+        """Override the review cadence and decay of one stability for ``user_id`` (PostgreSQL only)."""
+        return await self._backend.execute(
+            set_maintenance_setting_request(stability, user_id, review_cadence, decay_per_cycle)
+        )
+
+    async def reset_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
+        """Remove the overrides of ``user_id`` (PostgreSQL only)."""
+        return await self._backend.execute(ResetMaintenanceSettings(user_id=user_id))
+
     # -- the operations ledger (PostgreSQL only; docs/LEDGER.md) --
 
     async def submit_operation(
@@ -420,3 +483,28 @@ class AsyncMemoryClient:
     async def ledger_status(self) -> LedgerStatus:
         """Whether the ledger accepts submits, and the executor's backlog (PostgreSQL only)."""
         return await self._backend.execute(LedgerStatusRequest())
+
+    # -- the outbox (memory packs only; docs/OUTBOX.md) --
+
+    async def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        user_id: str,
+        dependencies: Iterable[UUID | str] = (),
+        operation_id: UUID | str | None = None,
+    ) -> OutboxRecord:
+        """See :meth:`MemoryClient.enqueue`. Needs neither :meth:`open` nor the pack's DuckDB
+        file; the fsynced writes run in a worker thread."""
+        if not isinstance(self._backend, AsyncDuckDBBackend):
+            raise PrmeError("enqueue writes to a memory pack's outbox; on PostgreSQL, call submit_operation")
+        if self._closed:
+            raise PackClosedError(f"the memory pack at {self.target} is closed")
+
+        def enqueue() -> OutboxRecord:
+            return Outbox(self.target).enqueue(
+                kind, payload, user_id=user_id, dependencies=dependencies, operation_id=operation_id
+            )
+
+        return await asyncio.to_thread(enqueue)

@@ -21,8 +21,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import migrations
-from .errors import MigrationError, PrmeError
+from .errors import InvalidInput, MigrationError, PrmeError
+from .learning import LearningQueue, LearningSync, queue_status, read_hook_document
 from .models import AppliedOp, MaintenancePatch
+from .outbox import LEDGER_KINDS
 
 __all__ = ["main"]
 
@@ -251,6 +253,104 @@ def cmd_snapshot_show(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
+    from .outbox import Outbox
+
+    text = args.payload if args.payload is not None else sys.stdin.read()
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the payload is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise UsageError("the payload must be a JSON object")
+    record = Outbox(args.pack).enqueue(
+        args.kind, payload, user_id=args.user_id, dependencies=args.depends_on, operation_id=args.operation_id
+    )
+    if args.json:
+        _print_json(record.document())
+    else:
+        # The id alone on stdout, so a script can capture it; where it stands on stderr.
+        sys.stdout.write(f"{record.operation_id}\n")
+        Console(stderr=True).print(f"{record.kind} for {escape(record.user_id)}: {record.state} in {args.pack}")
+    return EXIT_OK
+
+
+def cmd_sync(args: argparse.Namespace, console: Console) -> int:
+    import logging
+
+    from rich.logging import RichHandler
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .outbox import AfterCommit, OutboxSyncer, Stage, SyncProgress
+
+    dsn = _require_dsn(args)
+    if not 1 <= args.batch <= 1000:
+        raise UsageError("--batch must be between 1 and 1000")
+    err = Console(stderr=True)
+    if not args.json:
+        logging.basicConfig(
+            level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)]
+        )
+    # Extension point: other capabilities add their cycle stages and after-commit callbacks here.
+    learning = _learning_sync(args)  # docs/LEARNING.md: extraction before delivery, publishing after commit
+    stages: list[Stage] = [learning.stage]
+    after_commit: list[AfterCommit] = [learning.after_commit]
+    syncer = OutboxSyncer(
+        args.pack,
+        dsn,
+        stages=stages,
+        after_commit=after_commit,
+        batch_size=args.batch,
+        poll_interval=args.poll_interval,
+    )
+    syncer.acquire()  # SyncLockHeld (exit 1) when another worker has this pack
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=args.json,
+    )
+    tasks: dict[str, Any] = {}
+
+    def on_progress(update: SyncProgress) -> None:
+        if update.total == 0:
+            return
+        label = {"submit": "submitting pending", "poll": "polling accepted"}.get(update.phase, update.phase)
+        finished = {task.id for task in progress.tasks if task.finished}
+        if update.phase in tasks and tasks[update.phase] in finished:
+            progress.remove_task(tasks.pop(update.phase))  # a new cycle: one bar per phase, not one per cycle
+        if update.phase not in tasks:
+            tasks[update.phase] = progress.add_task(label, total=update.total)
+        progress.update(tasks[update.phase], completed=update.done, total=update.total)
+
+    syncer.on_progress = on_progress
+    try:
+        with progress:
+            report = syncer.run(once=args.once)
+    finally:
+        syncer.close()
+    counts = syncer.outbox.counts()
+    if args.json:
+        _print_json(
+            {
+                "report": report.summary(),
+                "outbox": {state: {"count": n, "oldest": oldest} for state, (n, oldest) in counts.items()},
+            }
+        )
+    else:
+        table = Table(title=f"outbox of {escape(str(syncer.outbox.pack))}")
+        for column in ("state", "records", "oldest"):
+            table.add_column(column)
+        for state, (n, oldest) in counts.items():
+            table.add_row(state, str(n), str(oldest or ""))
+        console.print(table)
+        summary = report.summary()
+        console.print(", ".join(f"{name} {value}" for name, value in summary.items()))
+    return EXIT_OK
+
+
 def _updates_text(updates: dict[str, Any]) -> str:
     return "; ".join(f"{field}: {change.get('from')} -> {change.get('to')}" for field, change in updates.items())
 
@@ -372,6 +472,51 @@ def cmd_curate(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILURE if any(row.status == "stale" for row in applied) else EXIT_OK
 
 
+def _learning_sync(args: argparse.Namespace) -> LearningSync:
+    from datetime import timedelta
+
+    if args.stale_after <= 0:
+        raise UsageError("--stale-after must be positive")
+    try:
+        return LearningSync(args.pack, extractor=args.extractor, stale_after=timedelta(seconds=args.stale_after))
+    except InvalidInput as exc:  # an extractor name nothing registered
+        raise UsageError(str(exc)) from None
+
+
+def cmd_queue_status(args: argparse.Namespace, console: Console) -> int:
+    status = queue_status(args.pack)
+    if args.json:
+        _print_json(
+            {
+                queue: {
+                    state: {"count": n, "oldest": oldest.isoformat() if oldest else None}
+                    for state, (n, oldest) in counts.items()
+                }
+                for queue, counts in status.items()
+            }
+        )
+        return EXIT_OK
+    table = Table(title=f"queues of {escape(str(args.pack))}")
+    for column in ("queue", "state", "records", "oldest (last written)"):
+        table.add_column(column)
+    for queue, counts in status.items():
+        for state, (n, oldest) in counts.items():
+            table.add_row(queue, state, str(n), str(oldest or ""))
+    console.print(table)
+    return EXIT_OK
+
+
+def cmd_hook(args: argparse.Namespace, console: Console) -> int:
+    """Store one learning record from the JSON document on stdin; print its id (docs/LEARNING.md)."""
+    try:
+        record = LearningQueue(args.pack).enqueue_document(read_hook_document(sys.stdin.buffer), user_id=args.user_id)
+    except InvalidInput as exc:
+        Console(stderr=True).print(f"[red]invalid hook document:[/red] {escape(str(exc))}")
+        return EXIT_USAGE
+    sys.stdout.write(f"{record.record_id}\n")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prme-pg",
@@ -467,6 +612,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="review: write the patch for review (default); auto: also apply decay ops and stability increases "
         "that need no review",
     )
+
+    hook = add("hook", "Store one learning record from a JSON document on stdin (an agent's stop hook).", cmd_hook)
+    hook.add_argument("--pack", default="./memories", help="memory pack folder (default ./memories)")
+    hook.add_argument("--user-id", default=None, help="the owner, when the document does not name one")
+
+    enqueue = add(
+        "enqueue", "Store an operation in a memory pack's outbox for sync to deliver; print its id.", cmd_enqueue
+    )
+    enqueue.add_argument("kind", choices=LEDGER_KINDS, help="the ledger operation kind")
+    enqueue.add_argument("--user-id", "--user", dest="user_id", required=True, help="the owner (user_id)")
+    enqueue.add_argument("--payload", default=None, help="the payload, a JSON object (default: read from stdin)")
+    enqueue.add_argument(
+        "--depends-on", action="append", default=[], metavar="ID", help="an operation this one waits for (repeatable)"
+    )
+    enqueue.add_argument(
+        "--operation-id", default=None, help="a stable id of your own (makes enqueue idempotent; default a UUIDv7)"
+    )
+    enqueue.add_argument("--pack", default="./memories", help="memory pack folder (default ./memories)")
+    enqueue.add_argument("--json", action="store_true", help="print the stored record as JSON")
+
+    sync = add("sync", "Deliver a memory pack's outbox to the PostgreSQL ledger and follow the receipts.", cmd_sync)
+    add_dsn(sync)
+    sync.add_argument("--pack", default="./memories", help="memory pack folder (default ./memories)")
+    sync.add_argument("--once", action="store_true", help="run one cycle and exit (1 if the ledger is unavailable)")
+    sync.add_argument("--batch", type=int, default=100, help="records per submit transaction (1..1000, default 100)")
+    sync.add_argument(
+        "--poll-interval", type=float, default=1.0, help="seconds between cycles that found nothing (default 1)"
+    )
+    sync.add_argument(
+        "--extractor",
+        default="builtin",
+        help="learning extractor (entry point group prme_pg.extractors; default builtin)",
+    )
+    sync.add_argument(
+        "--stale-after",
+        type=float,
+        default=600.0,
+        help="seconds after which a learning record left in processing is reclaimed (default 600)",
+    )
+
+    queue = add("queue", "Show the learning queue and the outbox of a memory pack.", lambda a, c: _usage(queue))
+    queue_sub = queue.add_subparsers(dest="queue_command", metavar="ACTION")
+    queue_status = queue_sub.add_parser("status", help="records per state and the oldest record per state")
+    queue_status.set_defaults(handler=cmd_queue_status)
+    queue_status.add_argument("--pack", default="./memories", help="memory pack folder (default ./memories)")
+    queue_status.add_argument("--json", action="store_true", help="print one JSON document")
 
     curate = add("curate", "Show a maintenance patch, or apply the ops you selected from it.", cmd_curate)
     add_dsn(curate)

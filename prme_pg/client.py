@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self, TypeVar, cast
 from uuid import UUID
 
 import psycopg
@@ -39,15 +41,20 @@ from .backends import (
     AuthenticateApiToken,
     CreateApiToken,
     CurrentSnapshot,
+    GetMaintenanceSettings,
     GetNode,
     GetPatch,
     GetReceipt,
     GetSnapshot,
+    IsCorrection,
     JournalRecords,
     LedgerStatusRequest,
+    LinkCorrection,
+    ListCorrectionInbox,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
+    MarkReviewed,
     OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
@@ -56,24 +63,33 @@ from .backends import (
     RecordOutcome,
     Reinforce,
     ReplayNode,
+    Request,
+    ResetMaintenanceSettings,
+    ResolveCorrection,
     RevokeApiToken,
+    SetMaintenanceSetting,
     SubmitOperation,
     SyncBackend,
     VerifyJournal,
 )
-from .backends.duckdb import DEFAULT_PATH, DuckDBBackend
+from .backends.duckdb import DEFAULT_PATH, DuckDBBackend, PackClosedError
 from .backends.postgres import PostgresBackend, is_dsn
-from .errors import InvalidInput
+from .errors import InvalidInput, PrmeError
+from .extractors import LearningRecord
 from .journal import verify_records
+from .learning import LearningQueue
 from .models import (
     AppliedOp,
     AssembledPrompt,
+    CorrectionInboxEntry,
+    CorrectionLink,
     Event,
     JournalIssue,
     JournalRecord,
     LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
+    MaintenanceSetting,
     Node,
     NodeHead,
     OperationEvent,
@@ -85,11 +101,13 @@ from .models import (
     ReplayResult,
     Snapshot,
 )
+from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
 
 __all__ = ["MemoryClient", "Target"]
 
 Target = str | os.PathLike[str]
+T = TypeVar("T")
 Fraction = Decimal | float | int | str
 
 # -- argument parsing shared by MemoryClient and AsyncMemoryClient -------------------
@@ -275,6 +293,47 @@ def apply_patch_request(
     return ApplyPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id), op_ids=ids, mode=mode)
 
 
+def link_correction_request(
+    message: str, candidate_node_ids: Iterable[UUID | str], user_id: str, thread_id: str | None
+) -> LinkCorrection:
+    if isinstance(candidate_node_ids, str | UUID):
+        raise InvalidInput("candidate_node_ids must be a list of node ids")
+    try:
+        ids = tuple(parse_uuid("candidate_node_ids", node_id) for node_id in candidate_node_ids)
+    except TypeError:
+        raise InvalidInput(f"candidate_node_ids must be a list of node ids, got {candidate_node_ids!r}") from None
+    return LinkCorrection(user_id=user_id, message=message, candidate_node_ids=ids, thread_id=thread_id)
+
+
+def resolve_correction_request(inbox_id: UUID | str, node_id: UUID | str | None, user_id: str) -> ResolveCorrection:
+    return ResolveCorrection(
+        user_id=user_id,
+        inbox_id=parse_uuid("inbox_id", inbox_id),
+        node_id=parse_optional_uuid("node_id", node_id),
+    )
+
+
+def mark_reviewed_request(node_id: UUID | str, user_id: str, next_review_at: datetime | None) -> MarkReviewed:
+    return MarkReviewed(
+        user_id=user_id,
+        node_id=parse_uuid("node_id", node_id),
+        next_review_at=parse_time("next_review_at", next_review_at),
+    )
+
+
+def set_maintenance_setting_request(
+    stability: str, user_id: str, review_cadence: timedelta, decay_per_cycle: Fraction
+) -> SetMaintenanceSetting:
+    if not isinstance(review_cadence, timedelta):
+        raise InvalidInput(f"review_cadence must be a timedelta, got {review_cadence!r}")
+    return SetMaintenanceSetting(
+        user_id=user_id,
+        stability=stability,
+        review_cadence=review_cadence,
+        decay_per_cycle=parse_fraction("decay_per_cycle", decay_per_cycle),
+    )
+
+
 def payload_hash_of(payload: Mapping[str, Any]) -> str:
     """sha256 hex of the RFC 8785 canonical form of ``payload`` (what ``prme.submit_operation`` recomputes)."""
     try:
@@ -367,7 +426,7 @@ class MemoryClient:
                 self.target, min_size=min_size, max_size=max_size, timeout=timeout, **(connect_kwargs or {})
             )
         else:
-            self._backend = DuckDBBackend(self.target, clock=clock, new_id=new_id)
+            self._backend = _LazyPack(self.target, clock=clock, new_id=new_id)  # opened by the first call needing it
         self._closed = False
 
     @classmethod
@@ -382,6 +441,8 @@ class MemoryClient:
     @property
     def backend(self) -> SyncBackend:
         """The backend executing requests (:class:`PostgresBackend` or :class:`DuckDBBackend`)."""
+        if isinstance(self._backend, _LazyPack):
+            return self._backend.opened()
         return self._backend
 
     def close(self) -> None:
@@ -662,6 +723,66 @@ class MemoryClient:
         """
         return self._backend.execute(apply_patch_request(patch_id, op_ids, user_id, mode))
 
+    def link_correction(
+        self,
+        message: str,
+        candidate_node_ids: Iterable[UUID | str],
+        *,
+        user_id: str,
+        thread_id: str | None = None,
+    ) -> CorrectionLink:
+        """Link a correction message to the one active candidate memory it overlaps, appending
+        an explicit_correction (``status="linked"``); with zero or several matches the message
+        goes to the correction inbox instead (``unmatched`` / ``ambiguous``, ``inbox_id``)
+        (``prme.link_correction``; PostgreSQL only)."""
+        return self._backend.execute(link_correction_request(message, candidate_node_ids, user_id, thread_id))
+
+    def is_correction(self, message: str) -> bool:
+        """Does ``message`` use explicit correction phrasing ("don't …", "no, …", "actually …")?
+        Reads nothing (``prme.is_correction``; PostgreSQL only)."""
+        return self._backend.execute(IsCorrection(message=message))
+
+    def list_correction_inbox(
+        self, *, user_id: str, include_resolved: bool = False, max_count: int = 100
+    ) -> list[CorrectionInboxEntry]:
+        """The corrections of ``user_id`` that matched zero or several memories, oldest first:
+        open ones, or all with ``include_resolved`` (PostgreSQL only)."""
+        return self._backend.execute(
+            ListCorrectionInbox(user_id=user_id, include_resolved=include_resolved, max_count=max_count)
+        )
+
+    def resolve_correction(
+        self, inbox_id: UUID | str, node_id: UUID | str | None = None, *, user_id: str
+    ) -> CorrectionInboxEntry:
+        """Link an inbox entry to a memory (appending its explicit_correction), or dismiss it
+        (``node_id=None``). The same resolution again returns the entry; another one raises
+        :class:`IdempotencyConflict` (PostgreSQL only)."""
+        return self._backend.execute(resolve_correction_request(inbox_id, node_id, user_id))
+
+    def mark_reviewed(self, node_id: UUID | str, *, user_id: str, next_review_at: datetime | None = None) -> Node:
+        """Record a review: ``next_review_at`` (default: one cadence of its stability from now)
+        and every outcome so far counts as seen (``prme.mark_reviewed``; PostgreSQL only)."""
+        return self._backend.execute(mark_reviewed_request(node_id, user_id, next_review_at))
+
+    def get_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
+        """The effective review cadence and decay per overdue cycle of ``user_id`` for each
+        stability (PostgreSQL only)."""
+        return self._backend.execute(GetMaintenanceSettings(user_id=user_id))
+
+    def set_maintenance_setting(
+        self, stability: str, *, user_id: str, review_cadence: timedelta, decay_per_cycle: Fraction
+    ) -> list[MaintenanceSetting]:
+        """Override the review cadence (1 hour to 3650 days, whole seconds) and decay per
+        overdue cycle ([0, 1]) of one stability for ``user_id``; returns the effective
+        settings (PostgreSQL only)."""
+        return self._backend.execute(
+            set_maintenance_setting_request(stability, user_id, review_cadence, decay_per_cycle)
+        )
+
+    def reset_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
+        """Remove the overrides of ``user_id``: the defaults apply again (PostgreSQL only)."""
+        return self._backend.execute(ResetMaintenanceSettings(user_id=user_id))
+
     # -- the operations ledger (PostgreSQL only; docs/LEDGER.md) --
 
     def submit_operation(
@@ -706,6 +827,90 @@ class MemoryClient:
     def ledger_status(self) -> LedgerStatus:
         """Whether the ledger accepts submits, and the executor's backlog (PostgreSQL only)."""
         return self._backend.execute(LedgerStatusRequest())
+
+    # -- the outbox (memory packs only; docs/OUTBOX.md) --
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        user_id: str,
+        dependencies: Iterable[UUID | str] = (),
+        operation_id: UUID | str | None = None,
+    ) -> OutboxRecord:
+        """Store an operation in the pack's outbox for ``prme-pg sync`` to deliver to the ledger.
+
+        Durable when it returns, with its stable ``operation_id`` (a time-ordered UUIDv7
+        unless given; a given id makes it idempotent: the same operation returns the stored
+        record, another raises :class:`IdempotencyConflict`). Needs no database and not the
+        pack's DuckDB file, so it works while another process has the pack open. Packs only.
+        """
+        if not isinstance(self._backend, _LazyPack):
+            raise PrmeError("enqueue writes to a memory pack's outbox; on PostgreSQL, call submit_operation")
+        return self._backend.outbox().enqueue(
+            kind, payload, user_id=user_id, dependencies=dependencies, operation_id=operation_id
+        )
+
+    def enqueue_learning(
+        self, session_id: str, items: Iterable[Mapping[str, Any]], *, user_id: str, scope: str = "personal"
+    ) -> LearningRecord:
+        """Store one learning record (a session's items) for ``prme-pg sync`` to learn from (docs/LEARNING.md).
+
+        Validates the items (:class:`InvalidInput` naming the first bad field; nothing is
+        stored) and returns the durable record at once: no inference, no database, not the
+        pack's DuckDB file, so it works while another process has the pack open. Packs only.
+        """
+        if not isinstance(self._backend, _LazyPack):
+            raise PrmeError("enqueue_learning writes to a memory pack's learning queue; open the client on a pack")
+        return LearningQueue(self._backend.path).enqueue(session_id, list(items), user_id=user_id, scope=scope)
+
+
+class _LazyPack:
+    """A memory pack whose DuckDB file is opened by the first call that needs it.
+
+    DuckDB lets one process at a time open the file. :meth:`MemoryClient.enqueue` needs
+    only the pack's outbox folder, so a client made to enqueue (an agent's stop hook)
+    never takes the file from, or waits for, the process that has it open
+    (docs/OUTBOX.md). Every other call opens the pack (``PackInUseError`` if another
+    process holds it) and keeps it open until :meth:`close`.
+    """
+
+    def __init__(self, path: str, *, clock: Callable[[], datetime] | None, new_id: Callable[[], UUID] | None) -> None:
+        self.path = Path(path).expanduser().absolute()
+        if self.path.exists() and not self.path.is_dir():
+            raise PrmeError(f"{self.path} is not a folder; a memory pack is a folder")
+        self._clock, self._new_id = clock, new_id
+        self._guard = threading.Lock()
+        self._pack: DuckDBBackend | None = None
+        self._outbox: Outbox | None = None
+        self._closed = False
+
+    def opened(self) -> DuckDBBackend:
+        with self._guard:
+            if self._closed:
+                raise PackClosedError(f"the memory pack at {self.path} is closed")
+            if self._pack is None:
+                self._pack = DuckDBBackend(self.path, clock=self._clock, new_id=self._new_id)
+            return self._pack
+
+    def outbox(self) -> Outbox:
+        with self._guard:
+            if self._closed:
+                raise PackClosedError(f"the memory pack at {self.path} is closed")
+            if self._outbox is None:
+                self._outbox = Outbox(self.path)
+            return self._outbox
+
+    def execute(self, request: Request[T]) -> T:
+        return self.opened().execute(request)
+
+    def close(self) -> None:
+        with self._guard:
+            self._closed = True
+            pack, self._pack = self._pack, None
+        if pack is not None:
+            pack.close()
 
 
 class _BorrowedPool(PostgresBackend):

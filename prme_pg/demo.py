@@ -36,6 +36,7 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
     out = console or Console()
     try:
         memory = MemoryClient(path)
+        memory.list_nodes(user_id=DEMO_USER)  # opens the pack file now: another process may hold it
     except PrmeError as exc:
         out.print(f"[red]Could not open the memory pack:[/] {exc}")
         return 1

@@ -14,7 +14,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 from uuid import UUID
@@ -34,10 +34,13 @@ from .errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundE
 from .models import (
     AppliedOp,
     AssembledPrompt,
+    CorrectionInboxEntry,
+    CorrectionLink,
     Event,
     LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
+    MaintenanceSetting,
     Node,
     OperationEvent,
     Outcome,
@@ -365,12 +368,120 @@ class ApplyOut(BaseModel):
     results: list[AppliedOpOut]
 
 
+class CorrectionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+    candidate_node_ids: list[UUID] = Field(description="the memories the message may correct (at most 1000)")
+    thread_id: str | None = None
+
+
+class CorrectionMatchOut(BaseModel):
+    node_id: UUID
+    overlap: Number
+
+
+class CorrectionLinkOut(BaseModel):
+    status: str = Field(description="linked, unmatched or ambiguous")
+    node_id: UUID | None = Field(description="linked: the corrected memory")
+    outcome_id: UUID | None = Field(description="linked: the explicit_correction appended")
+    inbox_id: UUID | None = Field(description="unmatched or ambiguous: the inbox entry")
+    matches: list[CorrectionMatchOut]
+
+    @classmethod
+    def of(cls, link: CorrectionLink) -> CorrectionLinkOut:
+        return cls(
+            status=link.status,
+            node_id=link.node_id,
+            outcome_id=link.outcome_id,
+            inbox_id=link.inbox_id,
+            matches=[CorrectionMatchOut(node_id=m.node_id, overlap=m.overlap) for m in link.matches],
+        )
+
+
+class DetectIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+
+
+class DetectOut(BaseModel):
+    is_correction: bool
+
+
+class InboxEntryOut(BaseModel):
+    id: UUID
+    message: str
+    thread_id: str | None
+    candidate_node_ids: list[UUID]
+    matched_node_ids: list[UUID]
+    reason: str = Field(description="no_match or ambiguous")
+    created_at: datetime
+    resolution: str | None = Field(description="null (open), linked or dismissed")
+    resolved_node_id: UUID | None
+    outcome_id: UUID | None
+    resolved_at: datetime | None
+
+    @classmethod
+    def of(cls, entry: CorrectionInboxEntry) -> InboxEntryOut:
+        fields = {name: getattr(entry, name) for name in cls.model_fields}
+        fields["candidate_node_ids"] = list(entry.candidate_node_ids)
+        fields["matched_node_ids"] = list(entry.matched_node_ids)
+        return cls(**fields)
+
+
+class InboxOut(BaseModel):
+    entries: list[InboxEntryOut]
+
+
+class ResolveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node_id: UUID | None = Field(default=None, description="link to this memory; null dismisses the entry")
+
+
+class ReviewIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    next_review_at: datetime | None = Field(
+        default=None, description="the next review (future); default: one cadence of its stability from now"
+    )
+
+
+class SettingOut(BaseModel):
+    stability: str
+    # Whole seconds: cadences are elapsed time (a day is 86400 s), which an ISO 8601
+    # duration with years or months would misstate.
+    review_cadence: int = Field(description="seconds (a day is 86400)")
+    decay_per_cycle: Number
+    source: str = Field(description="owner (an override) or default")
+
+    @classmethod
+    def of(cls, setting: MaintenanceSetting) -> SettingOut:
+        fields = {name: getattr(setting, name) for name in cls.model_fields}
+        fields["review_cadence"] = int(setting.review_cadence.total_seconds())
+        return cls(**fields)
+
+
+class SettingsOut(BaseModel):
+    settings: list[SettingOut]
+
+
+class SettingIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    review_cadence: timedelta = Field(description="ISO 8601 duration (P7D, PT12H) or seconds; 1 hour to 3650 days")
+    decay_per_cycle: Decimal = Field(description="confidence lost per overdue cycle, in [0, 1], 4 decimals at most")
+
+
 class OperationIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     operation_id: UUID = Field(description="caller-generated and stable: a retry reuses it")
     schema_version: int = Field(ge=-(2**31), le=2**31 - 1, description="must be 2")
-    kind: str = Field(description="add_node, add_event, reinforce or archive_node")
+    kind: str = Field(
+        description="add_node, add_event, reinforce, archive_node, record_outcome or link_correction (docs/LEDGER.md)"
+    )
     dependencies: list[UUID] = Field(default_factory=list, description="operations this one waits for")
     payload_hash: str = Field(description="sha256 hex of the payload's RFC 8785 canonical form")
     payload: dict[str, Any]
@@ -854,13 +965,128 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
         return ApplyOut(patch_id=patch_id, results=[AppliedOpOut.of(row) for row in results])
 
     @app.post(
+        "/v1/corrections",
+        status_code=201,
+        response_model=CorrectionLinkOut,
+        tags=["maintenance"],
+        responses={**_responses(401, 422, 503), 201: {"description": "linked, or put in the correction inbox"}},
+    )
+    async def link_correction(body: CorrectionIn, user_id: Owner) -> CorrectionLinkOut:
+        """Link a correction message to the one active candidate memory it overlaps (an explicit_correction
+        is appended), or put it in the correction inbox when it matches none or several."""
+        link = await client.link_correction(
+            body.message, body.candidate_node_ids, user_id=user_id, thread_id=body.thread_id
+        )
+        return CorrectionLinkOut.of(link)
+
+    @app.post(
+        "/v1/corrections/detect",
+        response_model=DetectOut,
+        tags=["maintenance"],
+        responses=_responses(401, 422, 503),
+    )
+    async def is_correction(body: DetectIn, user_id: Owner) -> DetectOut:
+        """Does a message use explicit correction phrasing ("don't …", "no, …", "actually …")? Reads nothing."""
+        return DetectOut(is_correction=await client.is_correction(body.message))
+
+    @app.get(
+        "/v1/corrections/inbox",
+        response_model=InboxOut,
+        tags=["maintenance"],
+        responses=_responses(401, 422, 503),
+    )
+    async def list_correction_inbox(
+        user_id: Owner,
+        include_resolved: Annotated[bool, Query(description="also the linked and dismissed entries")] = False,
+        max_count: Annotated[int, Query(description="1 to 10000")] = 100,
+    ) -> InboxOut:
+        """The token owner's corrections that matched no memory or several, oldest first."""
+        entries = await client.list_correction_inbox(
+            user_id=user_id, include_resolved=include_resolved, max_count=max_count
+        )
+        return InboxOut(entries=[InboxEntryOut.of(entry) for entry in entries])
+
+    @app.post(
+        "/v1/corrections/inbox/{inbox_id}/resolve",
+        response_model=InboxEntryOut,
+        tags=["maintenance"],
+        responses=_responses(
+            401,
+            404,
+            409,
+            422,
+            503,
+            s404="no such inbox entry of the token's owner, or the memory is unavailable",
+            s409="the entry was already resolved otherwise",
+        ),
+    )
+    async def resolve_correction(inbox_id: UUID, user_id: Owner, body: ResolveIn | None = None) -> InboxEntryOut:
+        """Link an inbox entry to a memory (appending its explicit_correction), or dismiss it (node_id null)."""
+        node_id = body.node_id if body else None
+        return InboxEntryOut.of(await client.resolve_correction(inbox_id, node_id, user_id=user_id))
+
+    @app.post(
+        "/v1/nodes/{node_id}/review",
+        response_model=NodeOut,
+        tags=["maintenance"],
+        responses=_responses(401, 404, 422, 503),
+    )
+    async def mark_reviewed(node_id: UUID, user_id: Owner, body: ReviewIn | None = None) -> NodeOut:
+        """Record a review: a new next_review_at (resets decay) and every outcome so far counts as seen."""
+        next_review_at = body.next_review_at if body else None
+        return NodeOut.of(await client.mark_reviewed(node_id, user_id=user_id, next_review_at=next_review_at))
+
+    @app.get(
+        "/v1/maintenance/settings",
+        response_model=SettingsOut,
+        tags=["maintenance"],
+        responses=_responses(401, 422, 503),
+    )
+    async def get_maintenance_settings(user_id: Owner) -> SettingsOut:
+        """The effective review cadence and decay per overdue cycle for each stability."""
+        settings = await client.get_maintenance_settings(user_id=user_id)
+        return SettingsOut(settings=[SettingOut.of(s) for s in settings])
+
+    @app.put(
+        "/v1/maintenance/settings/{stability}",
+        response_model=SettingsOut,
+        tags=["maintenance"],
+        responses=_responses(401, 422, 503),
+    )
+    async def set_maintenance_setting(
+        stability: Literal["low", "semi-stable", "stable"], body: SettingIn, user_id: Owner
+    ) -> SettingsOut:
+        """Override the review cadence and decay of one stability for the token owner."""
+        settings = await client.set_maintenance_setting(
+            stability, user_id=user_id, review_cadence=body.review_cadence, decay_per_cycle=body.decay_per_cycle
+        )
+        return SettingsOut(settings=[SettingOut.of(s) for s in settings])
+
+    @app.delete(
+        "/v1/maintenance/settings",
+        response_model=SettingsOut,
+        tags=["maintenance"],
+        responses=_responses(401, 422, 503),
+    )
+    async def reset_maintenance_settings(user_id: Owner) -> SettingsOut:
+        """Remove the token owner's overrides: the defaults apply again."""
+        settings = await client.reset_maintenance_settings(user_id=user_id)
+        return SettingsOut(settings=[SettingOut.of(s) for s in settings])
+
+    @app.post(
         "/api/v2/operations",
         status_code=202,
         response_model=ReceiptOut,
         tags=["ledger"],
         responses={
             **_responses(
-                401, 409, 422, 503, s409="operation_id was already used for another operation (nothing changed)"
+                401,
+                404,
+                409,
+                422,
+                503,
+                s404="a dependency is not an operation of the token's owner (nothing stored)",
+                s409="operation_id was already used for another operation (nothing changed)",
             ),
             202: {"description": "accepted: the operation is durably in the ledger (created: true)"},
             200: {"description": "the same operation was submitted before: its stored receipt", "model": ReceiptOut},

@@ -16,12 +16,16 @@ from uuid import UUID
 __all__ = [
     "AppliedOp",
     "AssembledPrompt",
+    "CorrectionInboxEntry",
+    "CorrectionLink",
+    "CorrectionMatch",
     "Event",
     "JournalIssue",
     "JournalRecord",
     "LedgerStatus",
     "MaintenancePatch",
     "MaintenanceRecommendation",
+    "MaintenanceSetting",
     "Node",
     "NodeHead",
     "OperationEvent",
@@ -276,6 +280,58 @@ class MaintenancePatch:
     created_at: datetime
     as_of: datetime
     ops: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectionMatch:
+    """A candidate memory a correction message overlaps (overlap >= 0.45, 4 decimals)."""
+
+    node_id: UUID
+    overlap: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectionLink:
+    """What ``prme.link_correction`` did with a correction message: ``status`` linked
+    (``node_id`` and ``outcome_id`` of the explicit_correction appended), or unmatched /
+    ambiguous (``inbox_id`` of the inbox entry; nothing appended). ``matches`` lists the
+    matching candidates, best first."""
+
+    status: str
+    node_id: UUID | None
+    outcome_id: UUID | None
+    inbox_id: UUID | None
+    matches: tuple[CorrectionMatch, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectionInboxEntry:
+    """A correction that matched zero or several memories (``prme.correction_inbox``):
+    ``reason`` no_match or ambiguous; ``resolution`` None (open), linked or dismissed."""
+
+    id: UUID
+    user_id: str
+    message: str
+    thread_id: str | None
+    candidate_node_ids: tuple[UUID, ...]
+    matched_node_ids: tuple[UUID, ...]
+    reason: str
+    created_at: datetime
+    resolution: str | None
+    resolved_node_id: UUID | None
+    outcome_id: UUID | None
+    resolved_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceSetting:
+    """An effective maintenance setting for one stability (``prme.maintenance_setting_view``):
+    ``source`` is owner (an override) or default."""
+
+    stability: str
+    review_cadence: timedelta
+    decay_per_cycle: Decimal
+    source: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,9 @@ class Engine:
             options.setdefault("max_size", 20)
         client = MemoryClient(self.target, **options)
         self.clients.append(client)
+        # A pack's DuckDB file is opened by the first call that needs it; open it now, as the
+        # tests reach under the client (e.g. count rows after a call refused before any I/O).
+        assert client.backend is not None
         return client
 
     def aclient(self, **options: Any) -> AsyncMemoryClient:

@@ -181,17 +181,19 @@ def test_a_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
 def test_a_pack_from_a_newer_prme_pg_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "memories"
-    MemoryClient(path).close()
+    with MemoryClient(path) as memory:  # the pack file is made by the first call that needs it
+        memory.list_nodes(user_id=ALICE)
     with duckdb.connect(str(path / PACK_FILE)) as con:
         con.execute("UPDATE prme.pack_info SET value = '99' WHERE key = 'format_version'")
     with pytest.raises(PrmeError, match="format 99"):
-        MemoryClient(path)
+        MemoryClient(path).list_nodes(user_id=ALICE)
 
 
 _HOLDER = """
 import sys
 from prme_pg import MemoryClient
 memory = MemoryClient(sys.argv[1])
+memory.list_nodes(user_id="alice")  # opens the pack (a client opens it on the first call needing it)
 print("ready", flush=True)
 sys.stdin.read()
 memory.close()
@@ -206,7 +208,7 @@ def test_a_pack_in_use_by_another_process_says_so(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         with pytest.raises(PackInUseError, match="in use by process") as raised:
-            MemoryClient(path)
+            MemoryClient(path).list_nodes(user_id=ALICE)
         assert str(path) in str(raised.value) and str(holder.pid) in str(raised.value)
         assert raised.value.path == path
     finally:
@@ -219,13 +221,15 @@ def test_a_pack_in_use_by_another_process_says_so(tmp_path: Path) -> None:
 
 def test_a_second_process_gets_pack_in_use(tmp_path: Path) -> None:
     path = tmp_path / "memories"
-    with MemoryClient(path):
+    with MemoryClient(path) as memory:
+        memory.list_nodes(user_id=ALICE)  # opens the pack
         probe = subprocess.run(
             [
                 sys.executable,
                 "-c",
                 "import sys\nfrom prme_pg import MemoryClient, PackInUseError\n"
-                "try:\n    MemoryClient(sys.argv[1])\nexcept PackInUseError as exc:\n    print(exc)\n",
+                "try:\n    MemoryClient(sys.argv[1]).list_nodes(user_id='alice')\n"
+                "except PackInUseError as exc:\n    print(exc)\n",
                 str(path),
             ],
             capture_output=True,

@@ -19,10 +19,14 @@ import pytest
 from prme_pg import (
     AppliedOp,
     AsyncMemoryClient,
+    CorrectionInboxEntry,
+    CorrectionLink,
+    CorrectionMatch,
     IdempotencyConflict,
     InvalidInput,
     MaintenancePatch,
     MaintenanceRecommendation,
+    MaintenanceSetting,
     MemoryClient,
     NotFoundError,
     Outcome,
@@ -356,3 +360,324 @@ def test_http_report_and_patches(api: Api) -> None:
         ops = {op["op_id"]: op for op in alice.get(f"/v1/maintenance/patches/{patch_id}").json()["ops"]}
         assert ops[decrease["op_id"]]["status"] == "applied" and ops[decrease["op_id"]]["applied_mode"] == "manual"
         assert alice.get(f"/v1/nodes/{ids['tabs']}").json()["stability"] == "semi-stable"
+
+
+# -- correction linking, reviews and settings -----------------------------------------
+
+
+def _seed_corrections(dsn: str) -> dict[str, uuid.UUID]:
+    """alice: tabs and python (both overlap "No, I prefer spaces over tabs" at 0.75), berlin
+    (overlaps nothing); bob: a memory with the same words."""
+    with MemoryClient(dsn) as memory:
+        return {
+            "tabs": memory.add_node("Prefers tabs over spaces", user_id="alice").id,
+            "python": memory.add_node("Prefers spaces over tabs in Python", user_id="alice").id,
+            "berlin": memory.add_node("Lives in Berlin", user_id="alice", stability="semi-stable").id,
+            "bob": memory.add_node("Prefers tabs over spaces", user_id="bob").id,
+        }
+
+
+CORRECTION = "No, I prefer spaces over tabs now"
+
+
+def test_sync_client_correction_linking_and_inbox(db_dsn: str) -> None:
+    ids = _seed_corrections(db_dsn)
+    with MemoryClient(db_dsn) as memory:
+        linked = memory.link_correction(CORRECTION, [ids["tabs"], ids["berlin"]], user_id="alice", thread_id="t-1")
+        assert isinstance(linked, CorrectionLink)
+        assert (linked.status, linked.node_id, linked.inbox_id) == ("linked", ids["tabs"], None)
+        assert linked.matches == (CorrectionMatch(ids["tabs"], Decimal("0.75")),)
+        assert isinstance(linked.matches[0].overlap, Decimal) and linked.outcome_id is not None
+        assert memory.outcome_summary(ids["tabs"], user_id="alice").explicit_corrections == 1
+
+        ambiguous = memory.link_correction(CORRECTION, [str(ids["tabs"]), ids["python"]], user_id="alice")
+        assert (ambiguous.status, ambiguous.node_id, ambiguous.outcome_id) == ("ambiguous", None, None)
+        assert {m.node_id for m in ambiguous.matches} == {ids["tabs"], ids["python"]}
+        # Another owner's memory is no candidate (and not revealed): nothing matches.
+        unmatched = memory.link_correction(CORRECTION, [ids["bob"], ids["berlin"]], user_id="alice")
+        assert (unmatched.status, unmatched.matches) == ("unmatched", ())
+        assert memory.outcome_summary(ids["tabs"], user_id="alice").explicit_corrections == 1, "no event for either"
+
+        inbox = memory.list_correction_inbox(user_id="alice")
+        assert all(isinstance(entry, CorrectionInboxEntry) for entry in inbox)
+        assert [(e.id, e.reason) for e in inbox] == [
+            (ambiguous.inbox_id, "ambiguous"),
+            (unmatched.inbox_id, "no_match"),
+        ]
+        assert inbox[0].candidate_node_ids == (ids["tabs"], ids["python"]) and inbox[0].message == CORRECTION
+        assert inbox[0].resolution is None and inbox[0].created_at.utcoffset() is not None
+        assert memory.list_correction_inbox(user_id="bob") == [], "one owner's inbox is not another's"
+        assert len(memory.list_correction_inbox(user_id="alice", max_count=1)) == 1
+
+        # Another owner can neither resolve nor learn of an entry; a foreign memory is not found.
+        with pytest.raises(NotFoundError):
+            memory.resolve_correction(ambiguous.inbox_id, ids["bob"], user_id="bob")
+        with pytest.raises(NotFoundError):
+            memory.resolve_correction(ambiguous.inbox_id, None, user_id="bob")
+        with pytest.raises(NotFoundError):
+            memory.resolve_correction(ambiguous.inbox_id, ids["bob"], user_id="alice")
+        assert memory.list_correction_inbox(user_id="alice")[0].resolution is None, "nothing changed"
+
+        resolved = memory.resolve_correction(ambiguous.inbox_id, ids["python"], user_id="alice")
+        assert (resolved.resolution, resolved.resolved_node_id) == ("linked", ids["python"])
+        assert resolved.outcome_id is not None and resolved.resolved_at is not None
+        assert memory.outcome_summary(ids["python"], user_id="alice").explicit_corrections == 1
+        assert memory.resolve_correction(str(ambiguous.inbox_id), ids["python"], user_id="alice") == resolved
+        with pytest.raises(IdempotencyConflict):
+            memory.resolve_correction(ambiguous.inbox_id, None, user_id="alice")
+        dismissed = memory.resolve_correction(unmatched.inbox_id, user_id="alice")
+        assert (dismissed.resolution, dismissed.outcome_id) == ("dismissed", None)
+        assert memory.outcome_summary(ids["python"], user_id="alice").explicit_corrections == 1
+
+        assert memory.list_correction_inbox(user_id="alice") == []
+        everything = memory.list_correction_inbox(user_id="alice", include_resolved=True)
+        assert [e.resolution for e in everything] == ["linked", "dismissed"]
+
+        with pytest.raises(InvalidInput):
+            memory.link_correction(CORRECTION, ["not-a-uuid"], user_id="alice")
+        with pytest.raises(InvalidInput):
+            memory.link_correction(CORRECTION, str(ids["tabs"]), user_id="alice")
+        with pytest.raises(InvalidInput):
+            memory.link_correction("   ", [ids["tabs"]], user_id="alice")
+        with pytest.raises(InvalidInput):
+            memory.list_correction_inbox(user_id="alice", max_count=0)
+        with pytest.raises(InvalidInput):
+            memory.resolve_correction("nope", user_id="alice")
+        with pytest.raises(NotFoundError):
+            memory.resolve_correction(uuid.uuid4(), user_id="alice")
+
+        for message in ("Don't use tabs", "No, I live in Hamburg", "Actually, it's Tuesday", "Stop suggesting vim"):
+            assert memory.is_correction(message) is True, message
+        for message in ("I prefer to travel by train", "Can you stop by the office?", "Don Quixote is a novel"):
+            assert memory.is_correction(message) is False, message
+        assert memory.verify_journal(user_id="alice") == []
+
+
+def _defaults() -> list[MaintenanceSetting]:
+    return [
+        MaintenanceSetting("low", timedelta(days=7), Decimal("0.15"), "default"),
+        MaintenanceSetting("semi-stable", timedelta(days=30), Decimal("0.15"), "default"),
+        MaintenanceSetting("stable", timedelta(days=90), Decimal("0.05"), "default"),
+    ]
+
+
+def test_sync_client_reviews_and_settings(db_dsn: str) -> None:
+    ids = _seed(db_dsn)
+    with MemoryClient(db_dsn) as memory:
+        assert memory.get_maintenance_settings(user_id="alice") == _defaults()
+        settings = memory.set_maintenance_setting(
+            "stable", user_id="alice", review_cadence=timedelta(days=20), decay_per_cycle=0.1
+        )
+        assert settings[2] == MaintenanceSetting("stable", timedelta(days=20), Decimal("0.1"), "owner")
+        assert settings[:2] == _defaults()[:2]
+        assert memory.get_maintenance_settings(user_id="alice") == settings
+        assert memory.get_maintenance_settings(user_id="bob") == _defaults(), "an override is the owner's alone"
+        for stability, cadence, decay in [
+            ("rock", timedelta(days=7), "0.1"),
+            ("low", timedelta(minutes=30), "0.1"),
+            ("low", timedelta(days=7, microseconds=5), "0.1"),
+            ("low", timedelta(days=7), "1.5"),
+            ("low", timedelta(days=7), "0.12345"),
+        ]:
+            with pytest.raises(InvalidInput):
+                memory.set_maintenance_setting(
+                    stability, user_id="alice", review_cadence=cadence, decay_per_cycle=decay
+                )
+        with pytest.raises(InvalidInput):
+            memory.set_maintenance_setting("low", user_id="*", review_cadence=timedelta(days=7), decay_per_cycle=0)
+        with pytest.raises(InvalidInput):
+            memory.set_maintenance_setting("low", user_id="alice", review_cadence="P7D", decay_per_cycle=0)  # type: ignore[arg-type]
+        assert memory.get_maintenance_settings(user_id="alice") == settings, "refused calls change nothing"
+
+        # The overdue memory (stable): a review moves it one cadence (the owner's 20 days) ahead.
+        before = memory.get_node(ids["overdue"], user_id="alice")
+        reviewed = memory.mark_reviewed(ids["overdue"], user_id="alice")
+        assert reviewed.version == before.version + 1 and reviewed.next_review_at is not None
+        ahead = reviewed.next_review_at - datetime.now(UTC)
+        assert timedelta(days=19, hours=23) < ahead <= timedelta(days=20)
+        # berlin's two corrections are settled by its review: the report no longer lists either.
+        chosen = datetime.now(UTC) + timedelta(days=3)
+        assert memory.mark_reviewed(str(ids["berlin"]), user_id="alice", next_review_at=chosen).next_review_at == chosen
+        assert {row.node_id for row in memory.maintenance_report(user_id="alice")} == {ids["tabs"]}
+
+        with pytest.raises(NotFoundError):
+            memory.mark_reviewed(ids["bob"], user_id="alice")
+        with pytest.raises(InvalidInput):
+            memory.mark_reviewed(ids["tabs"], user_id="alice", next_review_at=datetime.now(UTC) - timedelta(days=1))
+        with pytest.raises(InvalidInput):
+            memory.mark_reviewed(ids["tabs"], user_id="alice", next_review_at=datetime(2030, 1, 1))  # naive
+        assert memory.get_node(ids["tabs"], user_id="alice").version == 1, "refused reviews change nothing"
+
+        assert memory.reset_maintenance_settings(user_id="alice") == _defaults()
+        assert memory.verify_journal(user_id="alice") == []
+
+
+def test_async_client_corrections_reviews_and_settings(db_dsn: str) -> None:
+    ids = _seed_corrections(db_dsn)
+
+    async def run() -> None:
+        async with AsyncMemoryClient(db_dsn) as memory:
+            linked = await memory.link_correction(CORRECTION, [ids["tabs"]], user_id="alice")
+            assert (linked.status, linked.node_id) == ("linked", ids["tabs"])
+            ambiguous = await memory.link_correction(CORRECTION, [ids["tabs"], ids["python"]], user_id="alice")
+            assert [e.id for e in await memory.list_correction_inbox(user_id="alice")] == [ambiguous.inbox_id]
+            assert await memory.list_correction_inbox(user_id="bob") == []
+            with pytest.raises(NotFoundError):
+                await memory.resolve_correction(ambiguous.inbox_id, user_id="bob")
+            entry = await memory.resolve_correction(ambiguous.inbox_id, ids["tabs"], user_id="alice")
+            assert entry.resolution == "linked"
+            assert await memory.is_correction("Actually, I moved to Hamburg") is True
+            assert await memory.is_correction("The result is actually good") is False
+            node = await memory.mark_reviewed(ids["tabs"], user_id="alice")
+            assert node.version == 2 and node.next_review_at is not None
+            assert await memory.maintenance_report(user_id="alice") == [], "the review settled both corrections"
+            assert await memory.get_maintenance_settings(user_id="alice") == _defaults()
+            changed = await memory.set_maintenance_setting(
+                "low", user_id="alice", review_cadence=timedelta(hours=12), decay_per_cycle="0"
+            )
+            assert changed[0] == MaintenanceSetting("low", timedelta(hours=12), Decimal("0"), "owner")
+            assert await memory.reset_maintenance_settings(user_id="alice") == _defaults()
+
+    asyncio.run(run())
+
+
+def test_memory_packs_refuse_corrections_reviews_and_settings(tmp_path: Path) -> None:
+    node_id = uuid.uuid4()
+    with MemoryClient(tmp_path / "pack") as memory:
+        calls = {
+            "LinkCorrection": lambda: memory.link_correction(CORRECTION, [node_id], user_id="alice"),
+            "IsCorrection": lambda: memory.is_correction(CORRECTION),
+            "ListCorrectionInbox": lambda: memory.list_correction_inbox(user_id="alice"),
+            "ResolveCorrection": lambda: memory.resolve_correction(node_id, user_id="alice"),
+            "MarkReviewed": lambda: memory.mark_reviewed(node_id, user_id="alice"),
+            "GetMaintenanceSettings": lambda: memory.get_maintenance_settings(user_id="alice"),
+            "SetMaintenanceSetting": lambda: memory.set_maintenance_setting(
+                "low", user_id="alice", review_cadence=timedelta(days=1), decay_per_cycle=0
+            ),
+            "ResetMaintenanceSettings": lambda: memory.reset_maintenance_settings(user_id="alice"),
+        }
+        for name, call in calls.items():
+            with pytest.raises(PrmeError, match=f"{name} needs PostgreSQL") as raised:
+                call()
+            assert type(raised.value) is PrmeError
+
+
+def test_http_corrections_and_inbox(api: Api) -> None:
+    ids = _seed_corrections(api.dsn)
+    with api.client(api.alice) as alice, api.client(api.bob) as bob, api.client(None) as anonymous:
+        linked = alice.post("/v1/corrections", json={"message": CORRECTION, "candidate_node_ids": [str(ids["tabs"])]})
+        assert linked.status_code == 201, linked.text
+        body = linked.json()
+        assert (body["status"], body["node_id"], body["inbox_id"]) == ("linked", str(ids["tabs"]), None)
+        assert body["matches"] == [{"node_id": str(ids["tabs"]), "overlap": 0.75}]
+
+        candidates = [str(ids["tabs"]), str(ids["python"])]
+        ambiguous = alice.post("/v1/corrections", json={"message": CORRECTION, "candidate_node_ids": candidates})
+        assert ambiguous.status_code == 201 and ambiguous.json()["status"] == "ambiguous"
+        inbox_id = ambiguous.json()["inbox_id"]
+        # bob names alice's memories: they are not his, so nothing matches and his inbox gets the entry.
+        bobs = bob.post("/v1/corrections", json={"message": CORRECTION, "candidate_node_ids": candidates})
+        assert bobs.status_code == 201 and bobs.json()["status"] == "unmatched"
+
+        entries = alice.get("/v1/corrections/inbox").json()["entries"]
+        assert [(e["id"], e["reason"], e["candidate_node_ids"]) for e in entries] == [
+            (inbox_id, "ambiguous", candidates)
+        ]
+        assert [e["id"] for e in bob.get("/v1/corrections/inbox").json()["entries"]] == [bobs.json()["inbox_id"]]
+
+        resolve = f"/v1/corrections/inbox/{inbox_id}/resolve"
+        _problem(bob.post(resolve, json={"node_id": str(ids["bob"])}), 404, "PR404")
+        _problem(bob.post(resolve), 404, "PR404")
+        _problem(alice.post(resolve, json={"node_id": str(ids["bob"])}), 404, "PR404")
+        _problem(alice.post(f"/v1/corrections/inbox/{bobs.json()['inbox_id']}/resolve"), 404, "PR404")
+        _problem(anonymous.get("/v1/corrections/inbox"), 401, "unauthorized")
+        _problem(
+            anonymous.post("/v1/corrections", json={"message": CORRECTION, "candidate_node_ids": []}),
+            401,
+            "unauthorized",
+        )
+
+        done = alice.post(resolve, json={"node_id": str(ids["python"])})
+        assert done.status_code == 200, done.text
+        assert (done.json()["resolution"], done.json()["resolved_node_id"]) == ("linked", str(ids["python"]))
+        assert alice.post(resolve, json={"node_id": str(ids["python"])}).json() == done.json()
+        _problem(alice.post(resolve), 409, "PR409")
+        assert alice.get("/v1/corrections/inbox").json()["entries"] == []
+        everything = alice.get("/v1/corrections/inbox", params={"include_resolved": "true"}).json()["entries"]
+        assert [e["resolution"] for e in everything] == ["linked"]
+        assert bob.get("/v1/corrections/inbox").json()["entries"][0]["resolution"] is None, "bob's entry is untouched"
+        summary = alice.get(f"/v1/nodes/{ids['python']}/outcomes/summary").json()
+        assert summary["explicit_corrections"] == 1
+
+        _problem(alice.post("/v1/corrections", json={"message": "", "candidate_node_ids": []}), 422, "PR422")
+        _problem(alice.post("/v1/corrections", json={"message": CORRECTION, "candidate_node_ids": ["x"]}), 422, "PR422")
+        _problem(alice.post("/v1/corrections", json={"message": CORRECTION}), 422, "PR422")
+        _problem(alice.get("/v1/corrections/inbox", params={"max_count": 0}), 422, "PR422")
+        _problem(alice.post("/v1/corrections/inbox/not-a-uuid/resolve"), 422, "PR422")
+
+        detect = alice.post("/v1/corrections/detect", json={"message": "Don't call me before nine"})
+        assert detect.status_code == 200 and detect.json() == {"is_correction": True}
+        assert alice.post("/v1/corrections/detect", json={"message": "I prefer trains"}).json() == {
+            "is_correction": False
+        }
+        _problem(anonymous.post("/v1/corrections/detect", json={"message": "Don't"}), 401, "unauthorized")
+
+
+def test_http_reviews_and_settings(api: Api) -> None:
+    ids = _seed(api.dsn)
+    with api.client(api.alice) as alice, api.client(api.bob) as bob, api.client(None) as anonymous:
+        review = f"/v1/nodes/{ids['berlin']}/review"
+        _problem(bob.post(review), 404, "PR404")
+        _problem(anonymous.post(review), 401, "unauthorized")
+        _problem(alice.post(review, json={"next_review_at": "2001-01-01T00:00:00Z"}), 422, "PR422")
+        reviewed = alice.post(review, json={"next_review_at": "2099-01-01T00:00:00Z"})
+        assert reviewed.status_code == 200, reviewed.text
+        assert reviewed.json()["next_review_at"] == "2099-01-01T00:00:00Z" and reviewed.json()["version"] == 2
+        default = alice.post(f"/v1/nodes/{ids['overdue']}/review")
+        assert default.status_code == 200 and default.json()["version"] == 2
+        rows = alice.get("/v1/maintenance/report").json()["recommendations"]
+        assert [row["node_id"] for row in rows] == [str(ids["tabs"])], "reviews settled berlin and the overdue one"
+
+        settings = alice.get("/v1/maintenance/settings")
+        assert settings.status_code == 200, settings.text
+        assert settings.json()["settings"][0] == {
+            "stability": "low",
+            "review_cadence": 7 * 86400,
+            "decay_per_cycle": 0.15,
+            "source": "default",
+        }
+        put = alice.put(
+            "/v1/maintenance/settings/semi-stable", json={"review_cadence": "PT36H", "decay_per_cycle": 0.2}
+        )
+        assert put.status_code == 200, put.text
+        assert put.json()["settings"][1] == {
+            "stability": "semi-stable",
+            "review_cadence": 36 * 3600,
+            "decay_per_cycle": 0.2,
+            "source": "owner",
+        }
+        assert bob.get("/v1/maintenance/settings").json()["settings"][1]["source"] == "default"
+        seconds = alice.put("/v1/maintenance/settings/stable", json={"review_cadence": 3600, "decay_per_cycle": "0.01"})
+        assert seconds.status_code == 200, seconds.text
+        assert seconds.json()["settings"][2]["review_cadence"] == 3600
+        # 422 days: whole days of elapsed time, never "1 year" (a year has no fixed length).
+        long = alice.put("/v1/maintenance/settings/stable", json={"review_cadence": "P422D", "decay_per_cycle": 0})
+        assert long.json()["settings"][2]["review_cadence"] == 422 * 86400
+        _problem(
+            alice.put("/v1/maintenance/settings/rock", json={"review_cadence": "P7D", "decay_per_cycle": 0}),
+            422,
+            "PR422",
+        )
+        _problem(
+            alice.put("/v1/maintenance/settings/low", json={"review_cadence": "PT5M", "decay_per_cycle": 0}),
+            422,
+            "PR422",
+        )
+        _problem(
+            alice.put("/v1/maintenance/settings/low", json={"review_cadence": "P7D", "decay_per_cycle": 2}),
+            422,
+            "PR422",
+        )
+        _problem(anonymous.get("/v1/maintenance/settings"), 401, "unauthorized")
+        reset = alice.delete("/v1/maintenance/settings")
+        assert reset.status_code == 200 and {s["source"] for s in reset.json()["settings"]} == {"default"}

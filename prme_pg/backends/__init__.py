@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
@@ -25,12 +25,15 @@ from uuid import UUID
 from ..models import (
     AppliedOp,
     AssembledPrompt,
+    CorrectionInboxEntry,
+    CorrectionLink,
     Event,
     JournalIssue,
     JournalRecord,
     LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
+    MaintenanceSetting,
     Node,
     NodeHead,
     OperationEvent,
@@ -53,15 +56,20 @@ __all__ = [
     "AuthenticateApiToken",
     "CreateApiToken",
     "CurrentSnapshot",
+    "GetMaintenanceSettings",
     "GetNode",
     "GetPatch",
     "GetReceipt",
     "GetSnapshot",
+    "IsCorrection",
     "JournalRecords",
     "LedgerStatusRequest",
+    "LinkCorrection",
+    "ListCorrectionInbox",
     "ListNodes",
     "MaintenancePatchRequest",
     "MaintenanceReport",
+    "MarkReviewed",
     "OperationEvents",
     "OutcomeSummaryRequest",
     "PublishSnapshot",
@@ -71,7 +79,10 @@ __all__ = [
     "Reinforce",
     "ReplayNode",
     "Request",
+    "ResetMaintenanceSettings",
+    "ResolveCorrection",
     "RevokeApiToken",
+    "SetMaintenanceSetting",
     "SubmitOperation",
     "SyncBackend",
     "VerifyJournal",
@@ -336,6 +347,76 @@ class ApplyPatch(Request[list[AppliedOp]]):
     patch_id: UUID
     op_ids: tuple[str, ...] | None
     mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class LinkCorrection(Request[CorrectionLink]):
+    """Link a correction message to the one candidate memory it overlaps, or put it in the
+    correction inbox (PostgreSQL only)."""
+
+    user_id: str
+    message: str
+    candidate_node_ids: tuple[UUID, ...]
+    thread_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IsCorrection(Request[bool]):
+    """Does a message use explicit correction phrasing? Reads nothing (PostgreSQL only)."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListCorrectionInbox(Request[list[CorrectionInboxEntry]]):
+    """The correction inbox of user_id, oldest first (PostgreSQL only)."""
+
+    user_id: str
+    include_resolved: bool
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveCorrection(Request[CorrectionInboxEntry]):
+    """Link an inbox entry to a memory (appending the correction), or dismiss it with
+    node_id None (PostgreSQL only)."""
+
+    user_id: str
+    inbox_id: UUID
+    node_id: UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class MarkReviewed(Request[Node]):
+    """Record a review of a memory: a new next_review_at, outcomes so far settled (PostgreSQL only)."""
+
+    user_id: str
+    node_id: UUID
+    next_review_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class GetMaintenanceSettings(Request[list[MaintenanceSetting]]):
+    """The effective review cadence and decay of user_id per stability (PostgreSQL only)."""
+
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetMaintenanceSetting(Request[list[MaintenanceSetting]]):
+    """Override the review cadence and decay of one stability for user_id (PostgreSQL only)."""
+
+    user_id: str
+    stability: str
+    review_cadence: timedelta
+    decay_per_cycle: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class ResetMaintenanceSettings(Request[list[MaintenanceSetting]]):
+    """Remove user_id's overrides: the defaults apply again (PostgreSQL only)."""
+
+    user_id: str
 
 
 @dataclass(frozen=True, slots=True)

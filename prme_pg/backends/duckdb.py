@@ -46,15 +46,20 @@ from . import (
     AuthenticateApiToken,
     CreateApiToken,
     CurrentSnapshot,
+    GetMaintenanceSettings,
     GetNode,
     GetPatch,
     GetReceipt,
     GetSnapshot,
+    IsCorrection,
     JournalRecords,
     LedgerStatusRequest,
+    LinkCorrection,
+    ListCorrectionInbox,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
+    MarkReviewed,
     OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
@@ -64,7 +69,10 @@ from . import (
     Reinforce,
     ReplayNode,
     Request,
+    ResetMaintenanceSettings,
+    ResolveCorrection,
     RevokeApiToken,
+    SetMaintenanceSetting,
     SubmitOperation,
     VerifyJournal,
     journal_rows,
@@ -595,6 +603,14 @@ class DuckDBBackend:
                 | MaintenancePatchRequest()
                 | GetPatch()
                 | ApplyPatch()
+                | LinkCorrection()
+                | IsCorrection()
+                | ListCorrectionInbox()
+                | ResolveCorrection()
+                | MarkReviewed()
+                | GetMaintenanceSettings()
+                | SetMaintenanceSetting()
+                | ResetMaintenanceSettings()
             ):
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no outcomes or maintenance "

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Generic, LiteralString, TypeVar, cast
+from uuid import UUID
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -34,11 +35,15 @@ from ..errors import SQLSTATE_ERRORS, InvalidInput
 from ..models import (
     AppliedOp,
     AssembledPrompt,
+    CorrectionInboxEntry,
+    CorrectionLink,
+    CorrectionMatch,
     Event,
     JournalIssue,
     LedgerStatus,
     MaintenancePatch,
     MaintenanceRecommendation,
+    MaintenanceSetting,
     Node,
     OperationEvent,
     Outcome,
@@ -58,15 +63,20 @@ from . import (
     AuthenticateApiToken,
     CreateApiToken,
     CurrentSnapshot,
+    GetMaintenanceSettings,
     GetNode,
     GetPatch,
     GetReceipt,
     GetSnapshot,
+    IsCorrection,
     JournalRecords,
     LedgerStatusRequest,
+    LinkCorrection,
+    ListCorrectionInbox,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
+    MarkReviewed,
     OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
@@ -76,7 +86,10 @@ from . import (
     Reinforce,
     ReplayNode,
     Request,
+    ResetMaintenanceSettings,
+    ResolveCorrection,
     RevokeApiToken,
+    SetMaintenanceSetting,
     SubmitOperation,
     VerifyJournal,
     journal_rows,
@@ -226,6 +239,41 @@ APPLY_PATCH: LiteralString = (
     "SELECT op_id, op, node_id, status, detail, node_version "
     "FROM prme.apply_patch(user_id => %(user_id)s, patch_id => %(patch_id)s::uuid, op_ids => %(op_ids)s::text[], "
     "mode => %(mode)s::text)"
+)
+# matches as text: parsed here with exact Decimal overlaps.
+LINK_CORRECTION: LiteralString = (
+    "SELECT status, node_id, outcome_id, inbox_id, matches::text AS matches "
+    "FROM prme.link_correction(user_id => %(user_id)s, message => %(message)s::text, "
+    "candidate_node_ids => %(candidate_node_ids)s::uuid[], thread_id => %(thread_id)s::text)"
+)
+IS_CORRECTION: LiteralString = "SELECT prme.is_correction(message => %(message)s::text)"
+_INBOX_COLUMNS: LiteralString = (
+    "id, user_id, message, thread_id, candidate_node_ids, matched_node_ids, reason, created_at, resolution, "
+    "resolved_node_id, outcome_id, resolved_at"
+)
+LIST_CORRECTION_INBOX: LiteralString = (
+    "SELECT " + _INBOX_COLUMNS + " FROM prme.list_correction_inbox(user_id => %(user_id)s, "
+    "include_resolved => %(include_resolved)s::boolean, max_count => %(max_count)s::integer)"
+)
+RESOLVE_CORRECTION: LiteralString = (
+    "SELECT " + _INBOX_COLUMNS + " FROM prme.resolve_correction(user_id => %(user_id)s, "
+    "inbox_id => %(inbox_id)s::uuid, node_id => %(node_id)s::uuid)"
+)
+MARK_REVIEWED: LiteralString = (
+    "SELECT * FROM prme.mark_reviewed(user_id => %(user_id)s, node_id => %(node_id)s::uuid, "
+    "next_review_at => %(next_review_at)s::timestamptz)"
+)
+_SETTING_COLUMNS: LiteralString = "stability, review_cadence, decay_per_cycle, source"
+GET_MAINTENANCE_SETTINGS: LiteralString = (
+    "SELECT " + _SETTING_COLUMNS + " FROM prme.get_maintenance_settings(user_id => %(user_id)s)"
+)
+SET_MAINTENANCE_SETTING: LiteralString = (
+    "SELECT " + _SETTING_COLUMNS + " FROM prme.set_maintenance_setting(user_id => %(user_id)s, "
+    "stability => %(stability)s::text, review_cadence => %(review_cadence)s::interval, "
+    "decay_per_cycle => %(decay_per_cycle)s::numeric)"
+)
+RESET_MAINTENANCE_SETTINGS: LiteralString = (
+    "SELECT " + _SETTING_COLUMNS + " FROM prme.reset_maintenance_settings(user_id => %(user_id)s)"
 )
 
 _RECEIPT_COLUMNS: LiteralString = (
@@ -526,6 +574,8 @@ outcome_row = _dataclass_row(Outcome)
 outcome_summary_row = _dataclass_row(OutcomeSummary)
 recommendation_row = _dataclass_row(MaintenanceRecommendation)
 applied_op_row = _dataclass_row(AppliedOp)
+inbox_row = _dataclass_row(CorrectionInboxEntry)
+setting_row = _dataclass_row(MaintenanceSetting)
 
 receipt_row = _dataclass_row(Receipt)
 operation_event_row = _dataclass_row(OperationEvent)
@@ -536,6 +586,21 @@ def patch_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMake
     def make(values: Sequence[Any]) -> MaintenancePatch:
         patch_id, created_at, as_of, ops = values
         return MaintenancePatch(patch_id, utc(created_at), utc(as_of), tuple(ops or ()))
+
+    return make
+
+
+def correction_link_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[CorrectionLink]:
+    def make(values: Sequence[Any]) -> CorrectionLink:
+        status, node_id, outcome_id, inbox_id, matches = values
+        found = json.loads(matches or "[]", parse_float=Decimal)
+        return CorrectionLink(
+            status,
+            node_id,
+            outcome_id,
+            inbox_id,
+            tuple(CorrectionMatch(UUID(m["node_id"]), Decimal(m["overlap"])) for m in found),
+        )
 
     return make
 
@@ -736,6 +801,58 @@ def statement(request: Request[T]) -> Call[T]:
                 applied_op_row,
                 _all,
             )
+        case LinkCorrection():
+            call = Call(
+                LINK_CORRECTION,
+                {
+                    "user_id": request.user_id,
+                    "message": request.message,
+                    "candidate_node_ids": list(request.candidate_node_ids),
+                    "thread_id": request.thread_id,
+                },
+                correction_link_row,
+            )
+        case IsCorrection():
+            call = Call(IS_CORRECTION, {"message": request.message}, tuple_row, lambda rows: bool(rows[0][0]))
+        case ListCorrectionInbox():
+            call = Call(
+                LIST_CORRECTION_INBOX,
+                {
+                    "user_id": request.user_id,
+                    "include_resolved": request.include_resolved,
+                    "max_count": request.max_count,
+                },
+                inbox_row,
+                _all,
+            )
+        case ResolveCorrection():
+            call = Call(
+                RESOLVE_CORRECTION,
+                {"user_id": request.user_id, "inbox_id": request.inbox_id, "node_id": request.node_id},
+                inbox_row,
+            )
+        case MarkReviewed():
+            call = Call(
+                MARK_REVIEWED,
+                {"user_id": request.user_id, "node_id": request.node_id, "next_review_at": request.next_review_at},
+                node_row,
+            )
+        case GetMaintenanceSettings():
+            call = Call(GET_MAINTENANCE_SETTINGS, {"user_id": request.user_id}, setting_row, _all)
+        case SetMaintenanceSetting():
+            call = Call(
+                SET_MAINTENANCE_SETTING,
+                {
+                    "user_id": request.user_id,
+                    "stability": request.stability,
+                    "review_cadence": request.review_cadence,
+                    "decay_per_cycle": request.decay_per_cycle,
+                },
+                setting_row,
+                _all,
+            )
+        case ResetMaintenanceSettings():
+            call = Call(RESET_MAINTENANCE_SETTINGS, {"user_id": request.user_id}, setting_row, _all)
         case SubmitOperation():
             call = Call(
                 SUBMIT_OPERATION,
