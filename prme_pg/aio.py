@@ -73,7 +73,9 @@ from .client import (
     submit_operation_request,
 )
 from .errors import PrmeError
+from .extractors import LearningRecord
 from .journal import verify_records
+from .learning import LearningQueue
 from .models import (
     AppliedOp,
     AssembledPrompt,
@@ -508,3 +510,15 @@ class AsyncMemoryClient:
             )
 
         return await asyncio.to_thread(enqueue)
+
+    async def enqueue_learning(
+        self, session_id: str, items: Iterable[Mapping[str, Any]], *, user_id: str, scope: str = "personal"
+    ) -> LearningRecord:
+        """See :meth:`MemoryClient.enqueue_learning`. Needs neither :meth:`open` nor the pack's
+        DuckDB file; the fsynced writes run in a worker thread."""
+        if not isinstance(self._backend, AsyncDuckDBBackend):
+            raise PrmeError("enqueue_learning writes to a memory pack's learning queue; open the client on a pack")
+        if self._closed:
+            raise PackClosedError(f"the memory pack at {self.target} is closed")
+        queue, listed = LearningQueue(self.target), list(items)
+        return await asyncio.to_thread(queue.enqueue, session_id, listed, user_id=user_id, scope=scope)

@@ -6,6 +6,7 @@ in tests/test_learning_sync.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -19,12 +20,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from prme_pg import MemoryClient
+from prme_pg import AsyncMemoryClient, MemoryClient
 from prme_pg.errors import InvalidInput, NotFoundError, PrmeError
 from prme_pg.extractors import (
     LEARNING_NAMESPACE,
     BuiltinExtractor,
     ExtractorContext,
+    LearningRecord,
     PlannedOperation,
     derive_operation_id,
     load_extractor,
@@ -243,8 +245,19 @@ def test_enqueue_works_while_another_process_holds_the_pack(tmp_path: Path) -> N
             record = memory.enqueue_learning("s", [{"type": "message", "role": "user", "text": "hi"}], user_id=ALICE)
             with pytest.raises(InvalidInput, match="session_id"):
                 memory.enqueue_learning("", [{"type": "message", "role": "user", "text": "hi"}], user_id=ALICE)
+
+        async def from_async() -> LearningRecord:
+            client = AsyncMemoryClient(pack)  # not opened: the learning queue needs no DuckDB file
+            try:
+                items = [{"type": "message", "role": "user", "text": "yo"}]
+                return await client.enqueue_learning("s2", items, user_id=ALICE)
+            finally:
+                await client.close()
+
+        second = asyncio.run(from_async())
         assert LearningQueue(pack).get(record.record_id)[0] == "pending"
-        assert LearningQueue(pack).counts()["pending"][0] == 1
+        assert LearningQueue(pack).get(second.record_id)[0] == "pending"
+        assert LearningQueue(pack).counts()["pending"][0] == 2
     finally:
         holder.communicate("")
 
