@@ -31,13 +31,11 @@ import json
 import logging
 import os
 import re
-import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -50,6 +48,7 @@ from .backends.postgres import statement, translate_errors
 from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
 from .models import Receipt
 from .spool import Spool, StateMismatch, time_ordered_uuid
+from .worker import stop_on_signals
 
 __all__ = [
     "LEDGER_KINDS",
@@ -977,7 +976,7 @@ class OutboxSyncer:
         """
         total = SyncReport()
         failures = 0
-        with _stop_on_signals(self.stop_event, install_signal_handlers):
+        with stop_on_signals(self.stop_event, install_signal_handlers, unit="record"):
             while not self.stop_event.is_set():
                 try:
                     report = self.run_cycle()
@@ -1012,22 +1011,3 @@ def _submit_request(record: OutboxRecord) -> SubmitOperation:
         payload_hash=record.payload_hash,
         payload=record.payload,
     )
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event, install: bool) -> Iterator[None]:
-    """SIGTERM and SIGINT set ``stop`` (main thread only): the worker ends between records."""
-    if not install or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s: stopping after the current record", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

@@ -46,6 +46,7 @@ __all__ = [
     "main",
     "run_batch",
     "run_worker",
+    "stop_on_signals",
 ]
 
 log = logging.getLogger("prme_pg.worker")
@@ -165,14 +166,15 @@ def _drain_backlog(conn: psycopg.Connection[Any]) -> bool:
 
 
 @contextmanager
-def _signals_set(stop: threading.Event, install: bool) -> Iterator[None]:
-    """SIGTERM and SIGINT set stop while the worker runs (main thread only)."""
+def stop_on_signals(stop: threading.Event, install: bool, unit: str = "batch") -> Iterator[None]:
+    """SIGTERM and SIGINT set ``stop`` while the block runs (main thread only), so a worker
+    ends between units of work; the previous handlers come back afterwards."""
     if not install or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s: stopping after the current batch", signal.Signals(signum).name)
+        log.info("signal %s: stopping after the current %s", signal.Signals(signum).name, unit)
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -215,7 +217,7 @@ def run_worker(
     name = worker or default_worker_name()
     stats = WorkerStats()
     active = True  # the next idle wait is the short one
-    with _signals_set(stop, install_signal_handlers):
+    with stop_on_signals(stop, install_signal_handlers):
         conn: psycopg.Connection[Any] | None = _connect(dsn)
         try:
             while not stop.is_set():
