@@ -18,6 +18,12 @@ flush), applies the migrations and measures, in one run:
   migration 0005: before the accepted event moved into the operation row), side by
   side in the same cluster and the same alternating rounds, so a change to submit is
   quoted as a ratio measured in one run;
+* WAL bytes per commit of each pgbench workload (the server's WAL position before and
+  after the round, over the transactions pgbench completed): with synchronous_commit on,
+  commits wait for their WAL flush, and a flush takes longer the more bytes it writes;
+* where the clients' time goes: pg_stat_activity of the round's backends sampled every
+  5 ms, as the average number of backends in each wait event (CPU: running, no wait;
+  client: idle, waiting for pgbench's next statement);
 * the no-logic limit: the same row (the operation, its accepted event inside) written
   by one statement without validation, hash check, idempotency or NOTIFY, for context;
 * resubmits per second: the same call with an operation id that is already stored
@@ -33,6 +39,7 @@ as a table and written as JSON to bench/results/ (git-ignored).
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import os
@@ -136,6 +143,41 @@ FROM generate_series(1, %(n)s) AS i
 """
 
 
+WAIT_SAMPLE_SQL = """
+SELECT CASE
+    WHEN wait_event_type = 'Client' OR (wait_event IS NULL AND state <> 'active') THEN 'client'
+    WHEN wait_event IS NULL THEN 'CPU'
+    ELSE wait_event_type || ':' || wait_event
+END
+FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND datname = %(database)s AND pid <> pg_backend_pid()
+"""
+
+
+class WaitSampler(threading.Thread):
+    """Samples the wait events of one database's client backends every 5 ms while a round runs."""
+
+    def __init__(self, dsn: str, database: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.database = database
+        self.stop = threading.Event()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.samples = 0
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop.is_set():
+                for (event,) in conn.execute(WAIT_SAMPLE_SQL, {"database": self.database}):
+                    self.counts[event] += 1
+                self.samples += 1
+                time.sleep(0.005)
+
+    def average_backends(self) -> dict[str, float]:
+        """Average number of backends in each wait event over the samples taken."""
+        return {event: n / max(1, self.samples) for event, n in self.counts.most_common()}
+
+
 def install_up_to(dsn: str, version: int) -> None:
     """Apply the migrations up to and including `version` (the baseline schema)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -163,7 +205,9 @@ class Bench:
 
     def pgbench(
         self, script: Path, clients: int, seconds: int, variables: dict[str, str], database: str | None = None
-    ) -> float:
+    ) -> tuple[float, float, dict[str, float]]:
+        """One pgbench round: transactions per second, WAL bytes per transaction, backends per wait event."""
+        start_lsn = self.execute("SELECT pg_current_wal_lsn()::text")[0]
         command = [
             str(self.cluster.bindir / "pgbench"),
             "-h", "127.0.0.1", "-p", str(self.cluster.port), "-U", "postgres",
@@ -174,14 +218,22 @@ class Bench:
         for name, value in {"owners": str(OWNERS), "rtt": "0", **variables}.items():
             command += ["-D", f"{name}={value}"]
         command.append(database or self.database)
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        sampler = WaitSampler(self.dsn, database or self.database)
+        sampler.start()
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+        finally:
+            sampler.stop.set()
+            sampler.join()
         out = result.stdout + result.stderr
         if result.returncode != 0 or "aborted" in out:
             raise RuntimeError(f"pgbench {script.name} failed ({result.returncode}):\n{out}")
         match = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
-        if match is None:
+        processed = re.search(r"number of transactions actually processed: ([0-9]+)", out)
+        if match is None or processed is None:
             raise RuntimeError(f"pgbench output lacks tps:\n{out}")
-        return float(match.group(1))
+        wal = self.execute("SELECT pg_current_wal_lsn() - %(start)s::pg_lsn", {"start": start_lsn})[0]
+        return float(match.group(1)), float(wal) / max(1, int(processed.group(1))), sampler.average_backends()
 
     def drain(self, workers: int, backlog: int) -> tuple[float, float]:
         """Submit a backlog, then time `workers` executors emptying it: (ops/s, seconds)."""
@@ -267,11 +319,16 @@ def main(argv: list[str] | None = None) -> int:
             if baseline is not None:
                 order.insert(2, ("submit_baseline", submit, baseline))
             tps: dict[str, list[float]] = {name: [] for name, _, _ in order}
+            wal_per_commit: dict[str, list[float]] = {name: [] for name, _, _ in order}
+            waits: dict[str, collections.Counter[str]] = {name: collections.Counter() for name, _, _ in order}
             for round_ in range(rounds):
                 for name, script, target in order if round_ % 2 == 0 else list(reversed(order)):
                     bench.execute("CHECKPOINT")
                     console.print(f"round {round_ + 1}/{rounds}: {name} ({args.clients} clients, {seconds} s)")
-                    tps[name].append(bench.pgbench(script, args.clients, seconds, variables, target))
+                    rate, wal_bytes, backends = bench.pgbench(script, args.clients, seconds, variables, target)
+                    waits[name].update({event: n / rounds for event, n in backends.items()})
+                    tps[name].append(rate)
+                    wal_per_commit[name].append(wal_bytes)
 
             # Each drain on a fresh database: the pgbench rounds left their operations behind.
             drains: dict[int, tuple[float, float]] = {}
@@ -285,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.destroy()
 
     mean = {name: sum(values) / len(values) for name, values in tps.items()}
+    wal = {name: f"{sum(values) / len(values):,.0f}" for name, values in wal_per_commit.items()}
     ratio = mean["submit"] / mean["single_insert"]
     table = Table(
         title=f"prme-pg operations ledger: pgbench -M prepared, {args.clients} clients, synchronous_commit on, "
@@ -295,8 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     table.add_column("per second", justify="right")
     table.add_column("vs single INSERT", justify="right")
     table.add_column("target", justify="right")
+    table.add_column("WAL B/commit", justify="right")
     table.add_row(
-        "single_insert", "one single-row INSERT per commit (the floor)", f"{mean['single_insert']:,.0f}", "1.00x", ""
+        "single_insert",
+        "one single-row INSERT per commit (the floor)",
+        f"{mean['single_insert']:,.0f}",
+        "1.00x",
+        "",
+        wal["single_insert"],
     )
     table.add_row(
         "submit",
@@ -304,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{mean['submit']:,.0f}",
         f"{ratio:.2f}x",
         f">= {TARGET:.1f}x {'ok' if ratio >= TARGET else 'MISSED'}",
+        wal["submit"],
     )
     if "submit_baseline" in mean:
         table.add_row(
@@ -312,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{mean['submit_baseline']:,.0f}",
             f"{mean['submit_baseline'] / mean['single_insert']:.2f}x",
             f"submit = {mean['submit'] / mean['submit_baseline']:.2f}x of it",
+            wal["submit_baseline"],
         )
     table.add_row(
         "no_logic",
@@ -319,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{mean['no_logic']:,.0f}",
         f"{mean['no_logic'] / mean['single_insert']:.2f}x",
         f"submit = {mean['submit'] / mean['no_logic']:.2f}x of it",
+        wal["no_logic"],
     )
     table.add_row(
         "resubmit",
@@ -326,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{mean['resubmit']:,.0f}",
         f"{mean['resubmit'] / mean['single_insert']:.2f}x",
         "",
+        wal["resubmit"],
     )
     for workers, (rate, elapsed) in sorted(drains.items(), reverse=True):
         table.add_row(
@@ -334,8 +402,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{rate:,.0f}",
             "",
             "",
+            "",
         )
     console.print(table)
+
+    wait_table = Table(
+        title=f"where the {args.clients} clients' backends are: average number in each state, sampled every 5 ms"
+    )
+    wait_table.add_column("workload")
+    wait_table.add_column("backends by wait event (CPU: running; client: waiting for pgbench)", overflow="fold")
+    for name, events in waits.items():
+        wait_table.add_row(name, ", ".join(f"{event} {n:.2f}" for event, n in events.most_common(5)))
+    console.print(wait_table)
 
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -347,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": seconds,
                 "rounds": rounds,
                 "tps": tps,
+                "wal_bytes_per_commit": wal_per_commit,
+                "backends_by_wait_event": waits,
                 "submit_vs_single_insert": ratio,
                 "submit_vs_no_logic": mean["submit"] / mean["no_logic"],
                 "baseline_migration": args.baseline or None,
