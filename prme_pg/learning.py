@@ -16,8 +16,9 @@ Two halves (docs/LEARNING.md):
 
 Crash safety: a record is moved to ``processing`` with a ``claimed_at`` stamp and the
 claimant's ``host:pid``. A record in ``processing`` whose claimant process is gone
-(same host) or whose claim is older than ``stale_after`` is reclaimed to ``pending``
-and extracted again. Publishing is driven by a second spool,
+(same host) or whose claim is older than ``stale_after`` -- or, inside ``prme-pg sync``,
+whose claimant is any other process (the sync lock proves none runs) -- is reclaimed
+to ``pending`` and extracted again. Publishing is driven by a second spool,
 ``<pack>/learning/publications/`` (``waiting -> published``), written before the
 record completes, so a publish lost to a crash is redone on the next cycle.
 
@@ -28,6 +29,7 @@ Fault injection for tests: ``PRME_LEARNING_FAULT=<point>`` makes the process
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -57,6 +59,7 @@ from .extractors import (
     validate_uuid,
 )
 from .outbox import LEDGER_KINDS, MalformedRecord, Outbox, OutboxRecord, SyncContext, canonical_payload
+from .outbox import _dependencies as validate_dependencies  # the outbox's (and the ledger's) rules
 from .outbox import _valid_user_id as validate_user_id  # the ledger's rule, as the outbox checks it
 from .spool import Spool, StateMismatch, time_ordered_uuid
 from .spool import _alive as process_alive  # the spool's check for its tmp files' writers
@@ -78,7 +81,7 @@ __all__ = [
 log = logging.getLogger("prme_pg.learning")
 
 LEARNING_STATES = ("pending", "processing", "completed", "rejected")
-PUBLICATION_STATES = ("waiting", "published")
+PUBLICATION_STATES = ("waiting", "published", "rejected")
 DEFAULT_STALE_AFTER = timedelta(minutes=10)
 RECORD_FORMAT = 1
 #: A hook document may be at most this big (JSON text).
@@ -175,7 +178,14 @@ def read_hook_document(stream: BinaryIO) -> object:
 class LearningQueue:
     """Learning records of one pack, in ``<pack>/learning/``. Safe for many processes at once."""
 
-    def __init__(self, pack: str | os.PathLike[str] = "./memories", *, stale_after: timedelta = DEFAULT_STALE_AFTER):
+    def __init__(
+        self,
+        pack: str | os.PathLike[str] = "./memories",
+        *,
+        stale_after: timedelta = DEFAULT_STALE_AFTER,
+        create: bool = True,
+    ):
+        """``create=False`` opens the queue read-only (for counting): no folder is made."""
         if stale_after <= timedelta(0):
             raise InvalidInput("stale_after must be positive")
         self.pack = Path(pack).expanduser().absolute()
@@ -183,8 +193,8 @@ class LearningQueue:
             raise PrmeError(f"{self.pack} is not a folder; a memory pack is a folder")
         self.root = self.pack / "learning"
         self.stale_after = stale_after
-        self.records = Spool(self.root, LEARNING_STATES)
-        self.publications = Spool(self.root / "publications", PUBLICATION_STATES)
+        self.records = Spool(self.root, LEARNING_STATES, create=create)
+        self.publications = Spool(self.root / "publications", PUBLICATION_STATES, create=create)
 
     # -- enqueue --
 
@@ -276,22 +286,33 @@ class LearningQueue:
 
     # -- the worker's moves --
 
-    def reclaim(self, *, now: datetime | None = None) -> list[str]:
+    def reclaim(
+        self, *, now: datetime | None = None, exclusive: bool = False, rejected: list[str] | None = None
+    ) -> list[str]:
         """Move abandoned ``processing`` records back to ``pending``; returns their names.
 
         Abandoned: claimed longer ago than ``stale_after``, or claimed on this host by
-        a process that has exited.
+        a process that has exited -- or, with ``exclusive`` (the caller holds the pack's
+        sync lock, so no other worker runs), claimed by any process but this one. A
+        record that does not parse is moved to ``rejected`` and its name appended to
+        ``rejected``.
         """
         now = now or _now()
         reclaimed = []
         for name in self.records.names("processing"):
-            found = self.records.get(name)
+            try:
+                found = self.records.get(name)
+            except ValueError as exc:
+                if self.reject_unreadable(name, "processing", exc) and rejected is not None:
+                    rejected.append(name)
+                continue
             if found is None or found[0] != "processing":
                 continue
             document = found[1]
             claimed_at = _parse_stamp(document.get("claimed_at"))
             stale = claimed_at is None or now - claimed_at > self.stale_after
-            if not (stale or _claimant_gone(document.get("claimed_by"))):
+            foreign = exclusive and document.get("claimed_by") != _claimant()
+            if not (stale or foreign or _claimant_gone(document.get("claimed_by"))):
                 continue
             document = dict(document) | {"claimed_at": None, "claimed_by": None, "reclaimed_at": _stamp(now)}
             try:
@@ -303,19 +324,51 @@ class LearningQueue:
         return reclaimed
 
     def claim(self, name: str, *, now: datetime | None = None) -> dict[str, Any] | None:
-        """Move a pending record to ``processing``, stamped; None if someone else took it."""
+        """Move a pending record to ``processing``, stamped; None if someone else took it.
+
+        ValueError if the stored record does not parse (see :meth:`reject_unreadable`).
+        """
         found = self.records.get(name)
         if found is None or found[0] != "pending":
             return None
+        try:
+            attempts = int(found[1].get("attempts", 0))
+        except (TypeError, ValueError):
+            raise ValueError(f"learning record {name} has no valid attempts count") from None
         document = dict(found[1]) | {
             "claimed_at": _stamp(now or _now()),
             "claimed_by": _claimant(),
-            "attempts": int(found[1].get("attempts", 0)) + 1,
+            "attempts": attempts + 1,
         }
         try:
             return self.records.move(name, "pending", "processing", document)
         except StateMismatch:
             return None
+
+    def reject_unreadable(self, name: str, state: str, error: Exception) -> bool:
+        """Move a record that does not parse from ``state`` to ``rejected``; False if it is gone or not a file.
+
+        Its bytes are not copied (a file in a state folder may be anything): the rejected
+        document keeps their sha256 and size, and the reason.
+        """
+        try:
+            raw = self.records.read_bytes(name, state)
+        except (FileNotFoundError, ValueError):
+            return False
+        reason = f"the stored record does not parse: {error}"
+        document = {
+            "record_id": name,
+            "reason": reason,
+            "sha256": hashlib.sha256(raw).hexdigest(),
+            "size": len(raw),
+            "finished_at": _stamp(_now()),
+        }
+        try:
+            self.records.move(name, state, "rejected", document)
+        except StateMismatch:
+            return False
+        log.warning("learning record %s rejected: %s", name, reason)
+        return True
 
     def finish(self, name: str, document: Mapping[str, Any], state: str, **fields: Any) -> dict[str, Any]:
         """Move a ``processing`` record to ``state`` (completed, rejected, or pending for a retry)."""
@@ -391,6 +444,10 @@ def check_planned(record: LearningRecord, planned: Iterable[PlannedOperation]) -
             canonical_payload(op.payload)  # what the outbox will check: before anything is enqueued
         except InvalidInput as exc:
             raise ExtractionError(f"the extractor planned an invalid {op.kind} payload: {exc}") from None
+        try:
+            validate_dependencies(op.dependencies, op.operation_id(record.record_id))
+        except InvalidInput as exc:
+            raise ExtractionError(f"the extractor planned invalid {op.kind} dependencies: {exc}") from None
         key = (op.item_index, op.kind, op.part)
         if key in seen:
             raise ExtractionError(f"the extractor planned two operations with the same id {key}")
@@ -425,19 +482,26 @@ class LearningWorker:
     # -- extraction --
 
     def extract_pending(
-        self, *, stop: Callable[[], bool] = lambda: False, stats: CycleStats | None = None
+        self, *, stop: Callable[[], bool] = lambda: False, stats: CycleStats | None = None, exclusive: bool = False
     ) -> CycleStats:
         """Reclaim abandoned records, then extract every pending one (oldest first) until ``stop()``.
 
-        A ``psycopg.OperationalError`` (the database went away) puts the record back
-        without counting the attempt and is raised: the sync cycle backs off.
+        A ``psycopg.Error`` (the database went away or failed) puts the record back
+        without counting the attempt and is raised. ``exclusive``: the caller holds the
+        pack's sync lock, so every claim but this process's is abandoned.
         """
         stats = stats or CycleStats()
-        stats.reclaimed += len(self.queue.reclaim())
+        unreadable: list[str] = []
+        stats.reclaimed += len(self.queue.reclaim(exclusive=exclusive, rejected=unreadable))
         for name in self.queue.records.names("pending"):
             if stop():
                 break
-            document = self.queue.claim(name)
+            try:
+                document = self.queue.claim(name)
+            except ValueError as exc:
+                if self.queue.reject_unreadable(name, "pending", exc):
+                    unreadable.append(name)
+                continue
             if document is None:
                 continue
             fault("claimed")
@@ -448,6 +512,7 @@ class LearningWorker:
                 continue
             if not self._extract_one(name, document, stats):
                 break  # a transient failure: try again next cycle
+        stats.rejected += len(unreadable)
         return stats
 
     def _reject(self, name: str, document: dict[str, Any], reason: str, stats: CycleStats) -> None:
@@ -462,8 +527,8 @@ class LearningWorker:
         except (ExtractionError, InvalidInput) as exc:
             self._reject(name, document, str(exc), stats)
             return True
-        except psycopg.OperationalError as exc:
-            attempts = int(document["attempts"]) - 1  # not the record's fault
+        except psycopg.Error as exc:
+            attempts = int(document["attempts"]) - 1  # the database's trouble, not the record's
             self.queue.finish(name, document, "pending", attempts=attempts, last_error=f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # a bug in a plugin, say: retry, then give up
@@ -485,6 +550,9 @@ class LearningWorker:
             except IdempotencyConflict as exc:
                 # Only a non-deterministic extractor plans something else under an id it planned before.
                 self._reject(name, document, f"re-extraction planned a different operation: {exc}", stats)
+                return True
+            except InvalidInput as exc:  # check_planned should have caught it; never leave the record stuck
+                self._reject(name, document, f"the outbox refused a planned operation: {exc}", stats)
                 return True
             operation_ids.append(str(operation_id))
             fault("enqueued")
@@ -521,19 +589,25 @@ class LearningWorker:
         stats = stats or CycleStats()
         ready: dict[str, tuple[dict[str, Any], set[tuple[str, str]]]] = {}
         for name in self.queue.publications.names("waiting"):
-            found = self.queue.publications.get(name)
-            if found is None or found[0] != "waiting":
+            try:
+                found = self.queue.publications.get(name)
+                if found is None or found[0] != "waiting":
+                    continue
+                intent = found[1]
+                user_id = validate_user_id(intent.get("user_id"))
+                operation_ids = [UUID(op) for op in intent["operation_ids"]]
+            except (ValueError, TypeError, KeyError, AttributeError, InvalidInput) as exc:
+                self._reject_intent(name, exc)
                 continue
-            intent = found[1]
-            operations = [lookup(UUID(op)) for op in intent["operation_ids"]]
+            operations = [lookup(op) for op in operation_ids]
             if any(op is None or op.state not in ("completed", "rejected") for op in operations):
                 continue  # still on its way through the outbox and the ledger
             scopes = set()
             for op in operations:
                 assert op is not None
-                scope = self._affected_scope(intent["user_id"], op, node_scope)
+                scope = self._affected_scope(user_id, op, node_scope)
                 if scope is not None:
-                    scopes.add((intent["user_id"], scope))
+                    scopes.add((user_id, scope))
             ready[name] = (intent, scopes)
 
         done: dict[tuple[str, str], bool] = {}
@@ -553,6 +627,19 @@ class LearningWorker:
                 published = sorted(f"{user}/{scope}" for user, scope in scopes)
                 self.queue.publications.move(name, "waiting", "published", intent | {"scopes": published})
         return stats
+
+    def _reject_intent(self, name: str, error: Exception) -> None:
+        """Set a damaged publication intent aside (publications/rejected/) with the reason; its bytes
+        are not copied. Its operations are delivered anyway; only the snapshot is not republished."""
+        try:
+            raw = self.queue.publications.read_bytes(name, "waiting")
+        except (FileNotFoundError, ValueError):
+            return
+        reason = f"the publication intent does not parse: {type(error).__name__}: {error}"
+        document = {"record_id": name, "reason": reason, "sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
+        with contextlib.suppress(StateMismatch):
+            self.queue.publications.move(name, "waiting", "rejected", document)
+            log.warning("publication intent %s rejected: %s", name, reason)
 
     @staticmethod
     def _affected_scope(
@@ -628,7 +715,8 @@ class LearningSync:
     def stage(self, context: SyncContext) -> int:
         """Reclaim, extract pending records into the outbox, publish intents that are ready."""
         worker = self._worker_for(context)
-        stats = worker.extract_pending(stop=lambda: context.stop_requested)
+        # The stage runs under the pack's sync lock: no other worker can be extracting.
+        stats = worker.extract_pending(stop=lambda: context.stop_requested, exclusive=True)
         self._publish(context, worker, stats)
         if stats.rejected or stats.retried or stats.publish_failures:
             log.warning("learning: %s", stats)
@@ -679,4 +767,5 @@ def queue_status(pack: str | os.PathLike[str]) -> dict[str, dict[str, tuple[int,
     """Per queue of a pack (``learning``, ``outbox``): per state, the count and the oldest record's time."""
     if not Path(pack).expanduser().is_dir():
         raise NotFoundError(f"no memory pack at {pack}")
-    return {"learning": LearningQueue(pack).counts(), "outbox": Outbox(pack).counts()}
+    # Read-only: counting creates nothing, and a queue whose folders are missing counts 0.
+    return {"learning": LearningQueue(pack, create=False).counts(), "outbox": Outbox(pack, create=False).counts()}

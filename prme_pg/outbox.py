@@ -155,6 +155,14 @@ class MalformedRecord(PrmeError, ValueError):
     """An outbox file is not a valid record (edited by hand, or from an unknown version)."""
 
 
+def _aware(text: str) -> datetime:
+    """A stored time; one without a time zone is refused (it cannot be ordered against the others)."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError(f"time {text!r} has no time zone")
+    return moment
+
+
 @dataclass(frozen=True, slots=True)
 class OutboxRecord:
     """One operation in the outbox. ``state`` is the folder the record is in (the truth);
@@ -205,6 +213,8 @@ class OutboxRecord:
             if not isinstance(payload, dict) or not (receipt is None or isinstance(receipt, dict)):
                 raise TypeError("payload and receipt must be JSON objects")
             reason = document.get("reason")
+            created_at = _aware(document["created_at"])
+            updated_at = _aware(document["updated_at"])
             return cls(
                 operation_id=UUID(document["operation_id"]),
                 user_id=str(document["user_id"]),
@@ -217,8 +227,8 @@ class OutboxRecord:
                 reason=None if reason is None else str(reason),
                 receipt=receipt,
                 attempts=int(document.get("attempts", 0)),
-                created_at=datetime.fromisoformat(document["created_at"]),
-                updated_at=datetime.fromisoformat(document["updated_at"]),
+                created_at=created_at,
+                updated_at=updated_at,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise MalformedRecord(f"not an outbox record: {exc!r}") from None
@@ -278,12 +288,13 @@ class Outbox:
     enqueue at once, also while the pack is open elsewhere.
     """
 
-    def __init__(self, pack: str | os.PathLike[str]) -> None:
+    def __init__(self, pack: str | os.PathLike[str], *, create: bool = True) -> None:
+        """``create=False`` opens the outbox read-only (for counting): no folder is made."""
         self.pack = Path(pack).expanduser().absolute()
         if self.pack.exists() and not self.pack.is_dir():
             raise PrmeError(f"{self.pack} is not a folder; a memory pack is a folder")
         self.root = self.pack / "outbox"
-        self.spool = Spool(self.root, STATES)
+        self.spool = Spool(self.root, STATES, create=create)
 
     def enqueue(
         self,
@@ -361,9 +372,11 @@ class Outbox:
     def load(self, name: str, state: str) -> OutboxRecord | None:
         """The record ``name`` if it is (still) in ``state``; :class:`MalformedRecord` if it does not parse."""
         try:
-            data = self.spool.path(name, state).read_bytes()
+            data = self.spool.read_bytes(name, state)
         except FileNotFoundError:
             return None
+        except ValueError as exc:  # a symlink or a folder under a record's name
+            raise MalformedRecord(f"outbox record {name} is not readable: {exc}") from exc
         try:
             document = json.loads(data.decode("utf-8"))
         except ValueError as exc:
@@ -551,21 +564,21 @@ class OutboxSyncer:
 
     One cycle (:meth:`run_cycle`):
 
-    1. ``stages`` run in order, each ``stage(context) -> int`` (items it handled; e.g. the
+    1. The ledger's readiness to ingest is checked first -- the checks of ``GET /ready``:
+       it accepts writes, has exactly this release's migrations, and its ledger accepts
+       submits. Not ready: :class:`LedgerUnavailable`, no stage runs, nothing changes.
+    2. ``stages`` run in order, each ``stage(context) -> int`` (items it handled; e.g. the
        learning queue's extraction, which enqueues operations into this outbox). A stage
        that raises is logged and skipped for this cycle; a lost connection ends the cycle.
-    2. If anything is to be submitted, the ledger's readiness to ingest is checked first --
-       the checks of ``GET /ready``: it accepts writes, has exactly this release's
-       migrations, and its ledger accepts submits. Not ready: :class:`LedgerUnavailable`,
-       nothing submitted.
     3. Records left in ``submitting`` (a crash, a lost response) are resolved by their
        receipt (``prme.get_receipt``); those the ledger does not know are submitted again
        with the same id and hash.
     4. ``pending`` records, oldest first, in batches of ``batch_size``: a record whose
        payload does not match its hash (a tampered file) or that does not parse is
-       rejected with the reason, never submitted; one whose local dependency is not yet
-       delivered waits; the rest move to ``submitting`` (durable), are submitted in one
-       transaction, and move to ``accepted`` with their receipt. A receipt that is not
+       rejected with the reason, never submitted; one whose dependency is not yet
+       delivered (pending here, or neither here nor in the ledger) waits; the rest move
+       to ``submitting`` (durable), are submitted in one transaction, and move to
+       ``accepted`` with their receipt. A receipt that is not
        the record's (id, kind, hash, dependencies) -- or a PR409 -- rejects the record.
     5. ``accepted`` records from earlier cycles are polled (``prme.get_receipt``); a
        rejected receipt moves the record to ``rejected``, a committed one to ``completed``
@@ -668,7 +681,10 @@ class OutboxSyncer:
 
     def readiness_problem(self, conn: psycopg.Connection[Any]) -> str | None:
         """Why the ledger cannot ingest now (None when it can): the checks of ``GET /ready``."""
-        accepts_writes, applied = run_request(conn, Readiness())
+        try:
+            accepts_writes, applied = run_request(conn, Readiness())
+        except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction):
+            return "the database has no prme schema (run prme-pg migrate)"
         if not accepts_writes:
             return "the database does not accept writes"
         if list(applied) != self._expected_migrations:
@@ -689,6 +705,11 @@ class OutboxSyncer:
         report = SyncReport(cycles=1)
         try:
             conn = self._connection()
+            # Before the stages too: a stage (the learning queue's extraction) uses the database,
+            # and a database that is not ready must cost its records nothing.
+            problem = self.readiness_problem(conn)
+            if problem is not None:
+                raise LedgerUnavailable(f"the ledger is not ready to ingest: {problem}")
             context = SyncContext(self.outbox.pack, self.outbox, self.dsn, conn, self.stop_event)
             for stage in self.stages:
                 if self.stop_event.is_set():
@@ -699,10 +720,6 @@ class OutboxSyncer:
                     raise
                 except Exception:
                     log.exception("sync stage %s failed; delivery goes on", getattr(stage, "__name__", stage))
-            if self.outbox.spool.names("pending") or self.outbox.spool.names("submitting"):
-                problem = self.readiness_problem(conn)  # before anything is submitted
-                if problem is not None:
-                    raise LedgerUnavailable(f"the ledger is not ready to ingest: {problem}")
             self._context = context
             self._resolve_submitting(conn, report)
             self._submit_pending(conn, report)
@@ -734,12 +751,18 @@ class OutboxSyncer:
         return sorted(found, key=lambda r: (r.created_at, r.name))
 
     def _reject_unreadable(self, name: str, state: str, reason: str, report: SyncReport) -> None:
-        raw = self.outbox.spool.path(name, state).read_bytes()
+        """Set an unreadable file aside in rejected/. Its bytes are not copied (it may be anything, even
+        a secret): the replacement keeps their sha256 and size, enough to match it with a backup."""
+        try:
+            raw = self.outbox.spool.read_bytes(name, state)
+        except (FileNotFoundError, ValueError):
+            return  # moved away meanwhile, or not a regular file: not a record, left alone
         document = {
             "operation_id": name,
             "state": "rejected",
             "reason": reason,
-            "raw": raw[:65536].decode("utf-8", "replace"),
+            "sha256": hashlib.sha256(raw).hexdigest(),
+            "size": len(raw),
             "updated_at": _iso(_now()),
         }
         with contextlib.suppress(StateMismatch):
@@ -787,6 +810,9 @@ class OutboxSyncer:
                 known.append(record)
             except NotFoundError:
                 unknown.append(record)
+            except InvalidInput as exc:  # e.g. a user_id edited on disk: this record only, never the cycle
+                receipts.append(f"the ledger refused the receipt lookup ({exc.sqlstate}): {exc}")
+                known.append(record)
         if known:
             log.info("resolved %d record(s) left in submitting by their receipts", len(known))
             self._finish_terminal(self._accept(known, receipts, report), report)
@@ -801,6 +827,7 @@ class OutboxSyncer:
         total, done = len(pending), 0
         self._progress("submit", 0, total)
         local_states = self._local_dependency_states(pending)
+        missing = self._missing_dependencies(conn, pending, local_states)
         for start in range(0, len(pending), self.batch_size):
             if self.stop_event.is_set():
                 return
@@ -808,7 +835,7 @@ class OutboxSyncer:
             in_batch: set[UUID] = set()
             rejects: list[tuple[OutboxRecord, OutboxRecord]] = []
             for record in pending[start : start + self.batch_size]:
-                verdict = self._check_pending(record, local_states, in_batch)
+                verdict = self._check_pending(record, local_states, in_batch, missing)
                 if verdict == "ok":
                     batch.append(record)
                     in_batch.add(record.operation_id)
@@ -837,19 +864,41 @@ class OutboxSyncer:
             self._progress("submit", done, total)
 
     def _local_dependency_states(self, pending: Sequence[OutboxRecord]) -> dict[UUID, str]:
-        """The local state of every dependency that is in this outbox (others must be in the ledger)."""
+        """The local state of every dependency that is in this outbox (for the others, ask the ledger)."""
         states: dict[UUID, str] = {r.operation_id: "pending" for r in pending}
         wanted = {d for r in pending for d in r.dependencies} - states.keys()
         for dependency in wanted:
-            with contextlib.suppress(MalformedRecord):
+            with contextlib.suppress(ValueError):  # unreadable: rejected when its own turn comes
                 found = self.outbox.spool.get(str(dependency))
                 if found is not None:
                     states[dependency] = found[0]
         return states
 
     @staticmethod
-    def _check_pending(record: OutboxRecord, local_states: Mapping[UUID, str], in_batch: set[UUID]) -> str:
-        """ "ok" to submit, "wait" for a local dependency, or the reason to reject it."""
+    def _missing_dependencies(
+        conn: psycopg.Connection[Any], pending: Sequence[OutboxRecord], local_states: Mapping[UUID, str]
+    ) -> set[tuple[str, UUID]]:
+        """(user, dependency) pairs neither in this outbox nor in the ledger: the dependency may still be
+        on its way into the outbox (enqueued after its dependent was listed), so its dependents wait."""
+        missing = set()
+        asked = {(r.user_id, d) for r in pending for d in r.dependencies if d not in local_states}
+        for user_id, dependency in asked:
+            try:
+                run_request(conn, GetReceipt(user_id=user_id, operation_id=dependency))
+            except NotFoundError:
+                missing.add((user_id, dependency))
+            except InvalidInput:
+                pass  # a user_id the ledger refuses: the submit says so, for that record
+        return missing
+
+    @staticmethod
+    def _check_pending(
+        record: OutboxRecord,
+        local_states: Mapping[UUID, str],
+        in_batch: set[UUID],
+        missing: set[tuple[str, UUID]],
+    ) -> str:
+        """ "ok" to submit, "wait" for a dependency not yet delivered, or the reason to reject it."""
         if record.kind not in LEDGER_KINDS or record.schema_version != SCHEMA_VERSION:
             return f"not a deliverable operation (kind {record.kind!r}, schema_version {record.schema_version})"
         if not record.payload_matches_hash():
@@ -859,6 +908,8 @@ class OutboxSyncer:
             if state == "rejected":
                 return f"dependency {dependency} was rejected"
             if state in ("pending", "submitting") and dependency not in in_batch:
+                return "wait"
+            if state is None and (record.user_id, dependency) in missing:
                 return "wait"
         return "ok"
 
@@ -939,6 +990,10 @@ class OutboxSyncer:
                     receipt = run_request(conn, GetReceipt(user_id=record.user_id, operation_id=record.operation_id))
                 except NotFoundError:
                     lost.append((record, record.with_changes("submitting")))
+                    continue
+                except InvalidInput as exc:  # e.g. a user_id edited on disk: this record only, never the cycle
+                    reason = f"the ledger refused the receipt lookup ({exc.sqlstate}): {exc}"
+                    mismatched.append((record, record.with_changes("rejected", reason=reason)))
                     continue
                 mismatch = receipt_mismatch(record, receipt)
                 if mismatch is not None:

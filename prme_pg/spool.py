@@ -29,6 +29,10 @@ How each step stays safe:
   so a caller whose state handlers are idempotent simply redoes the transition.
 - Reads take no lock; ``get`` retries under the lock only when a lock-free pass found
   nothing (the name may have been between folders).
+- Only regular files named like documents are documents: ``names`` and ``counts`` skip
+  anything else in a state folder (``._x.json`` from a file manager, a folder, a
+  symlink), and reads open with ``O_NOFOLLOW``, so a symlink planted in a state folder
+  is never followed (a symlinked "document" reads as unreadable, never as its target).
 
 Names should start with a time-ordered id (see :func:`time_ordered_uuid`) so that
 sorting by name is enqueue order.
@@ -37,11 +41,13 @@ sorting by name is enqueue order.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
 import secrets
+import stat
 import threading
 import time
 import uuid
@@ -123,7 +129,8 @@ class Spool:
     Safe for several processes (and threads) at once. See the module docstring for the design.
     """
 
-    def __init__(self, root: str | Path, states: Sequence[str]) -> None:
+    def __init__(self, root: str | Path, states: Sequence[str], *, create: bool = True) -> None:
+        """``create=False`` opens the spool read-only: no folder is made, and a missing one reads as empty."""
         self.root = Path(root)
         self.states: tuple[str, ...] = tuple(states)
         if not self.states:
@@ -134,8 +141,9 @@ class Spool:
         if len(set(self.states)) != len(self.states):
             raise ValueError("spool state names must be distinct")
         self._tmp = self.root / "tmp"
-        for folder in (self.root, self._tmp, *(self.root / s for s in self.states)):
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if create:
+            for folder in (self.root, self._tmp, *(self.root / s for s in self.states)):
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock_path = self.root / ".lock"
         self._thread_lock = threading.Lock()  # flock is per open file; serialise this object's threads too
 
@@ -220,7 +228,7 @@ class Spool:
     def _read_any(self, name: str) -> tuple[str, dict[str, Any]] | None:
         for state in self.states:
             try:
-                data = self._path(name, state).read_bytes()
+                data = _read_regular(self._path(name, state))
             except FileNotFoundError:
                 continue
             document = json.loads(data.decode("utf-8"))
@@ -259,7 +267,7 @@ class Spool:
             _fsync_dir(self.root / from_state)
         if document is not None:
             return dict(document)
-        found = json.loads(target.read_bytes().decode("utf-8"))
+        found = json.loads(_read_regular(target).decode("utf-8"))
         if not isinstance(found, dict):
             raise ValueError(f"spool document {name!r} is not a JSON object")
         return found
@@ -319,27 +327,45 @@ class Spool:
         self._check_state(state)
         return self._path(name, state)
 
+    def read_bytes(self, name: str, state: str) -> bytes:
+        """The raw bytes of ``name`` in ``state`` (for a document that does not parse), never through a symlink.
+
+        FileNotFoundError if it is not there; ValueError if it is not a regular file.
+        """
+        return _read_regular(self.path(name, state))
+
+    def _entries(self, state: str) -> list[os.DirEntry[str]]:
+        """The documents of ``state``: regular files (not symlinks) named ``<valid name>.json``."""
+        try:
+            with os.scandir(self.root / state) as entries:
+                return [
+                    e
+                    for e in entries
+                    if e.name.endswith(_SUFFIX) and _NAME.match(e.name[: -len(_SUFFIX)]) and _is_file(e)
+                ]
+        except FileNotFoundError:  # a read-only spool whose folder was never made
+            return []
+
     def names(self, state: str) -> list[str]:
-        """Names in ``state``, sorted (enqueue order when names start with a time-ordered id)."""
+        """Names in ``state``, sorted (enqueue order when names start with a time-ordered id).
+
+        Anything else in the folder (other names, folders, symlinks) is not a document and is skipped.
+        """
         self._check_state(state)
-        with os.scandir(self.root / state) as entries:
-            return sorted(e.name[: -len(_SUFFIX)] for e in entries if e.name.endswith(_SUFFIX))
+        return sorted(e.name[: -len(_SUFFIX)] for e in self._entries(state))
 
     def counts(self) -> dict[str, tuple[int, datetime | None]]:
         """Per state: how many documents, and the oldest file modification time (UTC) or None."""
         result: dict[str, tuple[int, datetime | None]] = {}
         for state in self.states:
             count, oldest = 0, None
-            with os.scandir(self.root / state) as entries:
-                for entry in entries:
-                    if not entry.name.endswith(_SUFFIX):
-                        continue
-                    try:
-                        mtime = entry.stat().st_mtime
-                    except FileNotFoundError:  # moved away since the listing
-                        continue
-                    count += 1
-                    oldest = mtime if oldest is None else min(oldest, mtime)
+            for entry in self._entries(state):
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:  # moved away since the listing
+                    continue
+                count += 1
+                oldest = mtime if oldest is None else min(oldest, mtime)
             result[state] = (count, datetime.fromtimestamp(oldest, UTC) if oldest is not None else None)
         return result
 
@@ -361,6 +387,30 @@ class Spool:
                     os.unlink(entry.path)
                     removed += 1
         return removed
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _read_regular(path: Path) -> bytes:
+    """Read a file without following a symlink: ValueError if ``path`` is a symlink or not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{path.name} is a symlink, not a spool document") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path.name} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            return file.read()
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:

@@ -32,8 +32,16 @@ from prme_pg.extractors import (
     load_extractor,
     remembered_facts,
 )
-from prme_pg.learning import FinishedOperation, LearningQueue, LearningWorker, correction_detector, record_from_document
-from prme_pg.outbox import Outbox
+from prme_pg.learning import (
+    FinishedOperation,
+    LearningQueue,
+    LearningSync,
+    LearningWorker,
+    correction_detector,
+    record_from_document,
+)
+from prme_pg.outbox import Outbox, OutboxSyncer
+from prme_pg.spool import time_ordered_uuid
 
 ALICE = "alice"
 SHOWN_TABS = "11111111-1111-4111-8111-111111111111"
@@ -368,6 +376,11 @@ def test_a_record_that_keeps_killing_the_worker_is_rejected(tmp_path: Path) -> N
         ([PlannedOperation("add_node", {"content": "x"}, 7)], "item 7, which does not exist"),
         ([PlannedOperation("add_node", {"content": "x"}, 0)] * 2, "two operations with the same id"),
         ([PlannedOperation("add_node", {"content": float("nan")}, 0)], "invalid add_node payload"),
+        (
+            [PlannedOperation("add_node", {"content": "x"}, 0, dependencies=tuple(uuid.uuid4() for _ in range(101)))],
+            "at most 100 dependencies",
+        ),
+        ([PlannedOperation("add_node", {"content": "x"}, 0, dependencies=("no-uuid",))], "must be a UUID"),
     ],
 )
 def test_plans_that_cannot_be_delivered_reject_the_record_and_enqueue_nothing(
@@ -497,3 +510,83 @@ def test_hooks_in_several_processes_at_once_each_store_their_records(tmp_path: P
     sessions = [queue.get(name)[1]["session_id"] for name in names]
     assert {s: sessions.count(s) for s in set(sessions)} == {f"s{w}": 25 for w in range(4)}
     assert list((tmp_path / "learning" / "tmp").iterdir()) == []
+
+
+def test_damaged_and_stray_files_neither_block_the_queue_nor_count(tmp_path: Path) -> None:
+    """A torn record is rejected with its reason (its bytes not copied); strays and symlinks are left alone."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-API-KEY-123")
+    queue, _, worker = _worker(tmp_path / "pack", _Flaky(planned=[PlannedOperation("add_node", {"content": "ok"}, 0)]))
+    torn_pending, torn_processing = time_ordered_uuid(), time_ordered_uuid()
+    good = queue.enqueue("s", HELLO, user_id=ALICE)
+    learning = tmp_path / "pack" / "learning"
+    (learning / "pending" / f"{torn_pending}.json").write_text("{torn SECRET")
+    (learning / "processing" / f"{torn_processing}.json").write_text("[]")
+    (learning / "pending" / f"._{good.record_id}.json").write_text("resource fork")
+    (learning / "pending" / f"{time_ordered_uuid()}.json").symlink_to(secret)
+    assert queue.counts()["pending"][0] == 2  # the good one and the torn one; no stray, no symlink
+
+    stats = worker.extract_pending()
+    assert (stats.completed, stats.rejected) == (1, 2)
+    assert queue.get(good.record_id)[0] == "completed"
+    for name, reason in ((torn_pending, "does not parse"), (torn_processing, "not a JSON object")):
+        state, document = queue.get(name)
+        assert state == "rejected" and reason in document["reason"]
+    assert queue.get(torn_pending)[1]["size"] == len("{torn SECRET")
+    assert {s: c for s, (c, _) in queue.counts().items()} == {
+        "pending": 0,
+        "processing": 0,
+        "completed": 1,
+        "rejected": 2,
+    }
+    leaked = [p for p in learning.rglob("*") if p.is_file() and not p.is_symlink() and b"SECRET" in p.read_bytes()]
+    assert leaked == []
+
+
+def test_a_damaged_publication_intent_is_set_aside_with_its_reason(tmp_path: Path) -> None:
+    queue, _, worker = _worker(tmp_path, _Flaky())
+    done = FinishedOperation(uuid.uuid4(), "add_node", {"content": "a"}, "completed", None)
+    queue.publications.put("r1", {"user_id": ALICE}, "waiting")  # no operation_ids
+    queue.publications.put("r2", {"user_id": ALICE, "operation_ids": ["not-a-uuid"]}, "waiting")
+    queue.publications.put("r3", {"user_id": ALICE, "operation_ids": [str(done.operation_id)]}, "waiting")
+    published: list[str] = []
+
+    def publish(user_id: str, scope: str) -> str:
+        published.append(scope)
+        return f"gen-{scope}"
+
+    worker.publish_ready({done.operation_id: done}.get, lambda user, node: None, publish)
+    assert published == ["personal"]
+    assert queue.publications.names("waiting") == []
+    assert queue.publications.names("rejected") == ["r1", "r2"]
+    assert "operation_ids" in queue.publications.get("r1")[1]["reason"]
+
+
+def test_under_the_sync_lock_every_claim_of_another_process_is_reclaimed(tmp_path: Path, db_dsn: str) -> None:
+    """The sync lock proves no other worker runs: a claim left by a worker on another host is not waited for."""
+    queue = LearningQueue(tmp_path)
+    record = queue.enqueue("s", HELLO, user_id=ALICE)
+    name = str(record.record_id)
+    document = queue.claim(name)
+    assert document is not None
+    queue.records.move(name, "processing", "processing", document | {"claimed_by": "old-hostname:1"})
+    assert queue.reclaim() == []  # without the lock: a fresh claim from another host is respected
+    learning = LearningSync(tmp_path)
+    with OutboxSyncer(tmp_path, db_dsn, stages=[learning.stage]) as syncer:
+        syncer.run_cycle()
+    state, document = queue.get(name)
+    assert state == "completed" and document["attempts"] == 2
+
+
+def test_a_database_error_puts_the_record_back_without_counting_the_attempt(tmp_path: Path) -> None:
+    """Any psycopg.Error is the database's trouble (a missing grant, say), not the record's: never rejected for it."""
+    error = psycopg.errors.InsufficientPrivilege("permission denied for function is_correction")
+    queue, outbox, worker = _worker(tmp_path, _Flaky(error), max_attempts=2)
+    record = queue.enqueue("s", HELLO, user_id=ALICE)
+    for _ in range(4):  # more than max_attempts
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            worker.extract_pending()
+    state, document = queue.get(record.record_id)
+    assert state == "pending" and document["attempts"] == 0
+    assert document["last_error"] == "InsufficientPrivilege: permission denied for function is_correction"
+    assert outbox.counts()["pending"][0] == 0

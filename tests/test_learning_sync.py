@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from prme_pg import MemoryClient
+from prme_pg import MemoryClient, testing
 from prme_pg.extractors import derive_operation_id
 from prme_pg.learning import FAULT_ENV, FAULT_EXIT_CODE, FAULT_POINTS, LearningQueue
 from prme_pg.outbox import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS, Outbox
@@ -30,6 +30,7 @@ from prme_pg.outbox import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS, Outbox
 from .test_learning import make_plugin
 
 ALICE = "alice"
+HELLO = [{"type": "message", "role": "user", "text": "hello"}]
 OPERATIONS = uuid.uuid5(uuid.NAMESPACE_URL, "urn:prme-pg:operations")
 
 
@@ -395,6 +396,7 @@ def test_sigterm_stops_sync_between_records(tmp_path: Path, db_dsn: str) -> None
     counts = {s: c for s, (c, _) in queue.counts().items()}
     assert counts["processing"] == 0 and counts["rejected"] == 0
     assert counts["completed"] + counts["pending"] == 60
+    assert counts["pending"] > 0  # it stopped between records, not after all of them
     assert (
         Outbox(pack).counts()["pending"][0] + sum(Outbox(pack).counts()[s][0] for s in ("accepted", "completed"))
         == (counts["completed"])
@@ -412,3 +414,58 @@ def test_sync_refuses_a_stale_limit_that_is_not_positive(tmp_path: Path, db_dsn:
         timeout=60,
     )
     assert done.returncode == 2 and "--stale-after must be positive" in done.stderr
+
+
+def test_a_database_without_migrations_changes_nothing_in_the_learning_queue(
+    tmp_path: Path, pg_server: testing.Server
+) -> None:
+    """Not ready to ingest: every `sync --once` is exit 1 and the record is untouched, however often it runs."""
+    name = testing.create_database(pg_server, prefix="prme_bare")  # no migrations: no prme schema
+    try:
+        pack = tmp_path / "pack"
+        document = {
+            "session_id": "s",
+            "user_id": ALICE,
+            "items": [
+                {"type": "shown", "memories": [{"node_id": str(uuid.uuid4())}]},
+                {"type": "message", "role": "user", "text": "No, that is wrong."},
+            ],
+        }
+        record_id = hook(pack, document).stdout.strip()
+        before = LearningQueue(pack).get(record_id)
+        for _ in range(7):  # more than max_attempts
+            done = subprocess.run(
+                sync_command(pack, pg_server.dsn_for(name), "builtin"), capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 1 and "not ready to ingest" in done.stderr, done.stderr
+        assert LearningQueue(pack).get(record_id) == before  # still pending, no attempt counted
+    finally:
+        testing.drop_database(pg_server, name)
+
+
+def test_queue_status_counts_without_creating_anything(tmp_path: Path) -> None:
+    """A pack with only a learning queue: the outbox counts 0, and no folder or file is created."""
+    pack = tmp_path / "pack"
+    assert hook(pack, {"session_id": "s", "user_id": ALICE, "items": HELLO}).returncode == 0
+    for leftover in (pack / "learning" / "publications", pack / "learning" / "rejected"):
+        for path in sorted(leftover.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        leftover.rmdir()
+    (pack / "learning" / "pending" / "._stray.json").write_text("{}")  # not a record
+    before = sorted(pack.rglob("*"))
+    status = subprocess.run(
+        [sys.executable, "-m", "prme_pg.cli", "queue", "status", "--pack", str(pack), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    assert {s: v["count"] for s, v in document["learning"].items()} == {
+        "pending": 1,
+        "processing": 0,
+        "completed": 0,
+        "rejected": 0,
+    }
+    assert {v["count"] for v in document["outbox"].values()} == {0}
+    assert sorted(pack.rglob("*")) == before

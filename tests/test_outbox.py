@@ -360,7 +360,8 @@ def test_a_tampered_record_is_rejected_with_its_reason_and_never_submitted(tmp_p
     assert rejected.reason is not None and "does not match its payload_hash" in rejected.reason
     assert rejected.payload["content"] == "changed on disk"  # kept as found, nothing overwritten
     unreadable = json.loads((tmp_path / "outbox" / "rejected" / garbage.name).read_text())
-    assert "does not parse" in unreadable["reason"] and unreadable["raw"] == "{torn"
+    assert "does not parse" in unreadable["reason"] and "raw" not in unreadable
+    assert unreadable["size"] == 5 and unreadable["sha256"] == hashlib.sha256(b"{torn").hexdigest()
     ops = _ledger(db_dsn, "SELECT operation_id FROM prme.operations")
     assert ops == [(honest.operation_id,)]
 
@@ -632,3 +633,107 @@ def test_ten_thousand_records_through_the_cli_with_a_progress_bar(tmp_path: Path
     delivered = _ledger(db_dsn, "SELECT operation_id FROM prme.operations WHERE user_id = %s", [ALICE])
     assert len(delivered) == 10_000 and {op for (op,) in delivered} == ids
     print(f"10,000 records delivered in {elapsed:.1f} s")
+
+
+# -- robustness: a dependency that arrives late, stray or damaged files --------------------------
+
+
+def test_a_dependency_enqueued_during_a_cycle_waits_instead_of_being_rejected(tmp_path: Path, db_dsn: str) -> None:
+    """The worker lists A (depending on B) before B lands: A waits for B, it is not rejected by a PR404."""
+    outbox = Outbox(tmp_path)
+    parent = uuid.uuid4()
+    payload = {"node_id": str(uuid.uuid5(OPERATIONS, str(parent)))}
+    child = outbox.enqueue("archive_node", payload, user_id=ALICE, dependencies=[parent])
+    with OutboxSyncer(tmp_path, db_dsn) as syncer:
+        first = syncer.run_cycle()  # B is neither in the outbox nor in the ledger yet
+        assert (first.submitted, first.rejected, first.deferred) == (0, 0, 1)
+        outbox.enqueue("add_node", {"content": "arrives late"}, user_id=ALICE, operation_id=parent)
+        assert syncer.run_cycle().accepted == 1  # B; A still waits for B to leave pending
+        assert syncer.run_cycle().accepted == 1  # A
+    _run_operations(db_dsn)
+    record = _ledger(db_dsn, "SELECT state FROM prme.get_receipt(%s, %s)", [ALICE, child.operation_id])
+    assert record == [("committed",)]
+
+
+def test_a_dependency_already_in_the_ledger_is_not_waited_for(tmp_path: Path, db_dsn: str) -> None:
+    parent = uuid.uuid4()
+    with MemoryClient(db_dsn) as memory:
+        memory.submit_operation(parent, "add_node", {"content": "from elsewhere"}, user_id=ALICE)
+    payload = {"node_id": str(uuid.uuid5(OPERATIONS, str(parent)))}
+    Outbox(tmp_path).enqueue("archive_node", payload, user_id=ALICE, dependencies=[parent])
+    with OutboxSyncer(tmp_path, db_dsn) as syncer:
+        report = syncer.run_cycle()
+    assert (report.accepted, report.deferred, report.rejected) == (1, 0, 0)
+
+
+def test_stray_files_in_state_folders_are_ignored(tmp_path: Path, db_dsn: str) -> None:
+    """An editor's or a file manager's leftovers (``._<id>.json``, a folder) neither crash sync nor count."""
+    outbox = Outbox(tmp_path)
+    record = outbox.enqueue("add_node", {"content": "x"}, user_id=ALICE)
+    pending = tmp_path / "outbox" / "pending"
+    (pending / f"._{record.operation_id}.json").write_bytes(b"\x00\x05\x16\x07 resource fork")
+    (pending / f"{uuid.uuid4()}.json").mkdir()
+    run = _cli("sync", "--once", "--pack", str(tmp_path), "--dsn", db_dsn)
+    assert run.returncode == 0, run.stderr
+    assert _counts(tmp_path) == {"pending": 0, "submitting": 0, "accepted": 1, "completed": 0, "rejected": 0}
+    assert (pending / f"._{record.operation_id}.json").exists()  # left alone
+
+
+def test_a_naive_created_at_rejects_that_record_only(tmp_path: Path, db_dsn: str) -> None:
+    outbox = Outbox(tmp_path)
+    good = outbox.enqueue("add_node", {"content": "good"}, user_id=ALICE)
+    naive = outbox.enqueue("add_node", {"content": "naive"}, user_id=ALICE)
+    path = tmp_path / "outbox" / "pending" / f"{naive.operation_id}.json"
+    document = json.loads(path.read_text())
+    document["created_at"] = "2026-01-01T00:00:00"  # no time zone
+    path.write_text(json.dumps(document))
+    with OutboxSyncer(tmp_path, db_dsn) as syncer:
+        report = syncer.run_cycle()
+    assert (report.accepted, report.rejected) == (1, 1)
+    rejected = json.loads((tmp_path / "outbox" / "rejected" / path.name).read_text())
+    assert "time zone" in rejected["reason"]
+    assert _ledger(db_dsn, "SELECT operation_id FROM prme.operations") == [(good.operation_id,)]
+
+
+def test_a_record_whose_user_the_ledger_refuses_is_rejected_and_the_others_complete(
+    tmp_path: Path, db_dsn: str
+) -> None:
+    outbox = Outbox(tmp_path)
+    first = outbox.enqueue("add_node", {"content": "one"}, user_id=ALICE)
+    second = outbox.enqueue("add_node", {"content": "two"}, user_id=ALICE)
+    third = outbox.enqueue("add_node", {"content": "three"}, user_id=ALICE)
+    with OutboxSyncer(tmp_path, db_dsn) as syncer:
+        assert syncer.run_cycle().accepted == 3
+    _run_operations(db_dsn)
+    outbox.spool.move(str(third.operation_id), "accepted", "submitting")  # as after a crash
+    for record, state in ((first, "accepted"), (third, "submitting")):
+        path = tmp_path / "outbox" / state / f"{record.operation_id}.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"user_id": " bob"}))
+    for _ in range(2):  # every run, not only the first
+        run = _cli("sync", "--once", "--pack", str(tmp_path), "--dsn", db_dsn)
+        assert run.returncode == 0, run.stderr
+    assert _counts(tmp_path) == {"pending": 0, "submitting": 0, "accepted": 0, "completed": 1, "rejected": 2}
+    done = outbox.get(second.operation_id)
+    assert done is not None and done.state == "completed"
+    for record in (first, third):
+        refused = outbox.get(record.operation_id)
+        assert refused is not None and refused.reason is not None and "user_id" in refused.reason
+
+
+def test_a_symlink_in_a_state_folder_is_never_followed(tmp_path: Path, db_dsn: str) -> None:
+    """A symlink planted in pending/ must not copy its target (a secret) into the pack."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-API-KEY-123")
+    pack = tmp_path / "pack"
+    Outbox(pack).enqueue("add_node", {"content": "x"}, user_id=ALICE)
+    (pack / "outbox" / "pending" / f"{uuid.uuid4()}.json").symlink_to(secret)
+    torn = pack / "outbox" / "pending" / f"{uuid.uuid4()}.json"
+    torn.write_text("{torn SECRET-API-KEY-123")
+    with OutboxSyncer(pack, db_dsn) as syncer:
+        report = syncer.run_cycle()
+    assert (report.accepted, report.rejected) == (1, 1)
+    leaked = [p for p in pack.rglob("*") if p.is_file() and not p.is_symlink() and b"SECRET" in p.read_bytes()]
+    assert leaked == []  # neither the symlink's target nor the torn file's bytes are copied
+    unreadable = json.loads((pack / "outbox" / "rejected" / torn.name).read_text())
+    assert unreadable["size"] == len(b"{torn SECRET-API-KEY-123") and "raw" not in unreadable
+    assert unreadable["sha256"] == hashlib.sha256(b"{torn SECRET-API-KEY-123").hexdigest()

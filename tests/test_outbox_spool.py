@@ -153,3 +153,24 @@ def test_move_many_is_all_or_nothing_up_front(tmp_path: Path) -> None:
     spool.move_many([("a", {"n": "a2"}), ("b", {"n": "b2"})], "pending", "done")
     assert spool.get("a") == ("done", {"n": "a2"}) and spool.get("b") == ("done", {"n": "b2"})
     assert spool.names("pending") == []
+
+
+def test_only_regular_files_with_document_names_are_documents(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "s", ["a", "b"])
+    spool.put("x1", {"n": 1}, "a")
+    folder = tmp_path / "s" / "a"
+    (folder / "._x1.json").write_text("{}")  # a file manager's shadow file
+    (folder / "dir.json").mkdir()
+    (folder / "link.json").symlink_to(folder / "x1.json")
+    assert spool.names("a") == ["x1"] and spool.counts()["a"][0] == 1
+    with pytest.raises(ValueError, match="symlink"):
+        spool.get("link")  # never read through a symlink
+    with pytest.raises(ValueError, match="not a regular file"):
+        spool.read_bytes("dir", "a")
+    assert spool.read_bytes("x1", "a") == b'{"n":1}'
+
+
+def test_a_read_only_spool_creates_nothing_and_counts_missing_folders_as_empty(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "none", ["a", "b"], create=False)
+    assert spool.names("a") == [] and spool.counts() == {"a": (0, None), "b": (0, None)}
+    assert not (tmp_path / "none").exists()
