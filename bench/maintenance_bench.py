@@ -38,10 +38,9 @@ backend plus any parallel workers, from /proc: robust on a shared machine):
   decides for the scan, and off inside the report, which sets jit = off itself);
 * with --previous, the report as migration 0003 released it, created under another name
   from that file's text, measured in the same rounds: before and after side by side;
-* with --floor, a function that does only what no report can avoid: a scan of
-  prme.node_maintenance with 0003's first cut (on the raw counts, not on 0007's precomputed
-  columns; kept so floors compare across releases), and its rows (same columns) into the
-  function's result, nothing computed. What the report costs beyond it is its rules.
+* with --floor, a function that does only what no report can avoid: the same scan and first
+  cut of prme.node_maintenance, and its rows (same columns) into the function's result,
+  nothing computed. What the report costs beyond it is its rules.
 
 Both sides read warm pages from shared buffers: the run ends by checking, with EXPLAIN
 (BUFFERS), that the baseline scan read no page from outside them, and says so in red if

@@ -538,34 +538,9 @@ def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection
     }, kinds
 
 
-GENERATED = {"pending_moves", "review_due_at", "confidence_ten_thousandths"}
-
-
-def _moves(row: Row) -> int:
-    """docs/MAINTENANCE.md §5 in Python: what a bookkeeping row's outcomes since its last review call for."""
-    er = row["explicit_reinforcements"] - row["reviewed_explicit_reinforcements"]
-    isx = row["implicit_successes"] - row["reviewed_implicit_successes"]
-    ec = row["explicit_corrections"] - row["reviewed_explicit_corrections"]
-    active, low = row["lifecycle_state"] == "active", row["stability"] == "low"
-    if row["lifecycle_state"] not in ("active", "contested"):
-        return 0
-    if ec >= 1:
-        return (1 if low else 2) + (2 if ec >= 2 and active else 0)
-    if not active:
-        return 0
-    if er >= 2:
-        return 0 if row["stability"] == "stable" else 5
-    return 6 if isx >= 5 and low else 0
-
-
-def _due_at(row: Row) -> Any:
-    return row["next_review_at"] if row["lifecycle_state"] in ("active", "contested") else None
-
-
 def test_upgrading_to_0007_keeps_the_report(pg_server: testing.Server) -> None:
     """A database at 0006 with bookkeeping in every state upgrades to 0007: the same
-    bookkeeping plus its generated columns, right for every row, the same report as of
-    the same time, and the bookkeeping still kept up."""
+    bookkeeping, the same report as of the same time, and the bookkeeping still kept up."""
     name = testing.create_database(pg_server, prefix="prme_upgrade")
     try:
         with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
@@ -585,15 +560,7 @@ def test_upgrading_to_0007_keeps_the_report(pg_server: testing.Server) -> None:
             before_report = Counter(r[0] for r in conn.execute(report, ("alice", as_of)))
 
             assert [m.version for m in migrations.migrate(conn, every)] == [m.version for m in every if m.version >= 7]
-            # The same bookkeeping, plus the generated columns 0007 adds, computed for every row.
-            after = dict(conn.execute(bookkeeping).fetchall())
-            assert {node: {k: v for k, v in row.items() if k not in GENERATED} for node, row in after.items()} == before
-            assert all(row["pending_moves"] == _moves(row) for row in after.values())
-            assert all(row["review_due_at"] == _due_at(row) for row in after.values())
-            assert all(
-                row["confidence_ten_thousandths"] == round(row["confidence_base"] * 10000) for row in after.values()
-            )
-            assert Counter(row["pending_moves"] for row in after.values()).keys() == set(range(7))
+            assert dict(conn.execute(bookkeeping).fetchall()) == before
             assert Counter(r[0] for r in conn.execute(report, ("alice", as_of))) == before_report
             assert len(before) == 3000 and sum(before_report.values()) > 500
             # Kept up after the upgrade: an outcome adds to its memory's totals, a review settles.
@@ -605,9 +572,6 @@ def test_upgrading_to_0007_keeps_the_report(pg_server: testing.Server) -> None:
             conn.execute("SELECT prme.record_outcome('alice', %s, 'explicit_correction')", (node_id,))
             totals = _one(conn, "SELECT explicit_corrections FROM prme.node_maintenance WHERE node_id = %s", node_id)
             assert totals == before[node_id]["explicit_corrections"] + 1
-            # ... and its generated columns follow: a correction calls for review_memory at least.
-            row = _one(conn, "SELECT to_jsonb(k) FROM prme.node_maintenance AS k WHERE node_id = %s", node_id)
-            assert row["pending_moves"] == _moves(row) >= 1
             with conn.transaction(force_rollback=True):
                 assert _one(conn, "SELECT prme._rebuild_node_maintenance('alice')") == 0
     finally:

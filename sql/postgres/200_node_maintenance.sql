@@ -12,46 +12,9 @@
 --   * the totals the memory's last review saw (settled, 240): the report counts
 --     only newer outcomes;
 --   * the overdue cycles already decayed against its schedule (260).
---   * generated columns for the report: what the outcomes since the last review call
---     for (pending_moves), the schedule of a memory it considers (review_due_at), and
---     the confidence in ten-thousandths (confidence_ten_thousandths).
 -- Everything here can be recomputed from prme.nodes and prme.outcomes
 -- (prme._rebuild_node_maintenance) except the review and decay bookkeeping.
 -- =============================================================================
-
--- What the outcomes since the last review call for, as one small code (the
--- recommendations after review_due, in their documented order; docs/MAINTENANCE.md §5):
---   0 nothing                                  4 review_memory, decrease_stability, mark_contested
---   1 review_memory (already low)              5 increase_stability
---   2 review_memory, decrease_stability        6 flag_for_review
---   3 review_memory, mark_contested (already low)
--- Only active and contested memories are considered; increases apply to active ones.
--- SQL-standard body, no SET clause: bound to its objects when created, inlined into
--- the report's query; also the expression of node_maintenance.pending_moves.
-CREATE FUNCTION prme._maintenance_moves(
-    stability text, lifecycle_state text, explicit_reinforcements bigint, implicit_successes bigint,
-    explicit_corrections bigint
-)
-RETURNS smallint
-LANGUAGE sql
-IMMUTABLE
-PARALLEL SAFE
-RETURN CASE
-    WHEN lifecycle_state NOT IN ('active', 'contested') THEN 0
-    WHEN explicit_corrections >= 1
-        THEN
-            CASE WHEN stability = 'low' THEN 1 ELSE 2 END
-            + CASE WHEN explicit_corrections >= 2 AND lifecycle_state = 'active' THEN 2 ELSE 0 END
-    WHEN lifecycle_state <> 'active' THEN 0
-    WHEN explicit_reinforcements >= 2 THEN CASE WHEN stability = 'stable' THEN 0 ELSE 5 END
-    WHEN implicit_successes >= 5 AND stability = 'low' THEN 6
-    ELSE 0
-END::smallint;
-
-COMMENT ON FUNCTION prme._maintenance_moves(text, text, bigint, bigint, bigint) IS
-'Internal: what outcome counts since the last review call for, as a code (0 nothing, 1 review_memory, 2 and '
-'decrease_stability, 3 review_memory and mark_contested, 4 all three, 5 increase_stability, 6 flag_for_review) '
-'for a memory of this stability and lifecycle state (0 unless active or contested). See docs/MAINTENANCE.md.';
 
 CREATE TABLE prme.node_maintenance (
     user_id text NOT NULL,
@@ -82,31 +45,14 @@ CREATE TABLE prme.node_maintenance (
     decay_anchor timestamptz,
     decay_cycles integer NOT NULL DEFAULT 0 CHECK (decay_cycles >= 0),
     updated_at timestamptz NOT NULL,
-    -- Precomputed for the report (migration 0007): what does not depend on as_of.
-    -- What the outcomes since the last review call for (prme._maintenance_moves):
-    -- exact for a report as of any time after last_outcome_at.
-    pending_moves smallint NOT NULL GENERATED ALWAYS AS (
-        prme._maintenance_moves(
-            stability, lifecycle_state, explicit_reinforcements - reviewed_explicit_reinforcements,
-            implicit_successes - reviewed_implicit_successes, explicit_corrections - reviewed_explicit_corrections
-        )
-    ) STORED,
-    -- next_review_at of a memory the report considers (active or contested), else null.
-    review_due_at timestamptz GENERATED ALWAYS AS (
-        CASE WHEN lifecycle_state IN ('active', 'contested') THEN next_review_at END
-    ) STORED,
-    -- confidence_base in ten-thousandths, exact (numeric(5, 4)): the report decays it in
-    -- integer arithmetic.
-    confidence_ten_thousandths integer NOT NULL GENERATED ALWAYS AS ((confidence_base * 10000)::integer) STORED,
     PRIMARY KEY (user_id, node_id),
     FOREIGN KEY (user_id, node_id) REFERENCES prme.nodes (user_id, id)
 );
 
 COMMENT ON TABLE prme.node_maintenance IS
 'Derived, one row per memory: a mirror of its schedule fields (kept by triggers on prme.nodes), its running outcome '
-'totals, the totals its last review settled, the overdue cycles decayed against its schedule, and (generated) what '
-'those totals call for and the schedule of a memory the report considers. The maintenance report reads only this '
-'table. See docs/MAINTENANCE.md.';
+'totals, the totals its last review settled, and the overdue cycles decayed against its schedule. The maintenance '
+'report reads only this table. See docs/MAINTENANCE.md.';
 
 CREATE FUNCTION prme._mirror_node()
 RETURNS trigger
