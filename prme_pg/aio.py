@@ -64,7 +64,6 @@ from .client import (
     mark_reviewed_request,
     operation_events_request,
     parse_time,
-    parse_uuid,
     recall_request,
     record_outcome_request,
     reinforce_request,
@@ -101,6 +100,7 @@ from .models import (
 )
 from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
+from .validation import parse_uuid
 
 __all__ = ["AsyncMemoryClient"]
 

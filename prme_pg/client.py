@@ -103,6 +103,7 @@ from .models import (
 )
 from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
+from .validation import parse_uuid
 
 __all__ = ["MemoryClient", "Target"]
 
@@ -111,21 +112,6 @@ T = TypeVar("T")
 Fraction = Decimal | float | int | str
 
 # -- argument parsing shared by MemoryClient and AsyncMemoryClient -------------------
-
-
-def parse_uuid(argument: str, value: object) -> UUID:
-    """A UUID from a UUID or its text; :class:`InvalidInput` otherwise, before any I/O."""
-    if isinstance(value, UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return UUID(value)
-        except ValueError:
-            pass
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    raise InvalidInput(f"{argument} must be a UUID, got {shown}")
 
 
 def parse_optional_uuid(argument: str, value: object) -> UUID | None:

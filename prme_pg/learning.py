@@ -58,11 +58,17 @@ from .extractors import (
     validate_scope,
     validate_uuid,
 )
-from .outbox import LEDGER_KINDS, MalformedRecord, Outbox, OutboxRecord, SyncContext, canonical_payload
-from .outbox import _dependencies as validate_dependencies  # the outbox's (and the ledger's) rules
-from .outbox import _valid_user_id as validate_user_id  # the ledger's rule, as the outbox checks it
-from .spool import Spool, StateMismatch, time_ordered_uuid
-from .spool import _alive as process_alive  # the spool's check for its tmp files' writers
+from .outbox import (
+    LEDGER_KINDS,
+    MalformedRecord,
+    Outbox,
+    OutboxRecord,
+    SyncContext,
+    canonical_payload,
+    validate_dependencies,
+)
+from .spool import Spool, StateMismatch, process_alive, time_ordered_uuid
+from .validation import valid_user_id
 
 __all__ = [
     "DEFAULT_STALE_AFTER",
@@ -143,7 +149,7 @@ def record_from_document(document: Mapping[str, Any]) -> LearningRecord:
         raise InvalidInput("learning record has no valid record_id") from None
     return LearningRecord(
         record_id=record_id,
-        user_id=validate_user_id(document.get("user_id")),
+        user_id=valid_user_id(document.get("user_id")),
         session_id=_session_id(document.get("session_id")),
         scope=validate_scope(document.get("scope")),
         created_at=created_at,
@@ -217,7 +223,7 @@ class LearningQueue:
         """
         record = LearningRecord(
             record_id=time_ordered_uuid() if record_id is None else validate_uuid(str(record_id), "record_id"),
-            user_id=validate_user_id(user_id),
+            user_id=valid_user_id(user_id),
             session_id=_session_id(session_id),
             scope=validate_scope(scope),
             created_at=_now(),
@@ -594,7 +600,7 @@ class LearningWorker:
                 if found is None or found[0] != "waiting":
                     continue
                 intent = found[1]
-                user_id = validate_user_id(intent.get("user_id"))
+                user_id = valid_user_id(intent.get("user_id"))
                 operation_ids = [UUID(op) for op in intent["operation_ids"]]
             except (ValueError, TypeError, KeyError, AttributeError, InvalidInput) as exc:
                 self._reject_intent(name, exc)

@@ -30,7 +30,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from .backends.postgres import statement, translate_errors
 from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
 from .models import Receipt
 from .spool import Spool, StateMismatch, time_ordered_uuid
+from .validation import parse_uuid, valid_user_id
 from .worker import stop_on_signals
 
 __all__ = [
@@ -68,6 +68,7 @@ __all__ = [
     "backoff_delay",
     "receipt_mismatch",
     "run_request",
+    "validate_dependencies",
 ]
 
 log = logging.getLogger("prme_pg.outbox")
@@ -88,8 +89,6 @@ CRASH_ENV = "PRME_SYNC_CRASH_AT"
 CRASH_POINTS = ("after_submitting", "after_submit", "after_accepted", "after_receipt")
 CRASH_EXIT_CODE = 86
 
-_USER_ID_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
 
 # -- records -------------------------------------------------------------------------
 
@@ -100,27 +99,6 @@ def _iso(moment: datetime) -> str:
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _uuid(argument: str, value: object) -> UUID:
-    if isinstance(value, UUID):
-        return value
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            return UUID(value)
-    raise InvalidInput(f"{argument} must be a UUID, got {value!r:.80}")
-
-
-def _valid_user_id(user_id: object) -> str:
-    """The ledger's rule (prme._valid_user_id): 1-256 characters, no controls, no surrounding spaces."""
-    if (
-        not isinstance(user_id, str)
-        or not 1 <= len(user_id) <= 256
-        or _USER_ID_CONTROL.search(user_id)
-        or user_id != user_id.strip(" \t\n\r\v\f")
-    ):
-        raise InvalidInput("user_id must be 1 to 256 characters without control characters or surrounding spaces")
-    return user_id
 
 
 def canonical_payload(payload: object) -> tuple[dict[str, Any], str]:
@@ -137,11 +115,11 @@ def canonical_payload(payload: object) -> tuple[dict[str, Any], str]:
     return plain, hashlib.sha256(canonical).hexdigest()
 
 
-def _dependencies(dependencies: Iterable[UUID | str], operation_id: UUID) -> tuple[UUID, ...]:
+def validate_dependencies(dependencies: Iterable[UUID | str], operation_id: UUID) -> tuple[UUID, ...]:
     if isinstance(dependencies, str | UUID):
         raise InvalidInput("dependencies must be a list of operation ids")
     try:
-        parsed = {_uuid("dependencies", d) for d in dependencies}
+        parsed = {parse_uuid("dependencies", d) for d in dependencies}
     except TypeError:
         raise InvalidInput(f"dependencies must be a list of operation ids, got {dependencies!r:.80}") from None
     if len(parsed) > MAX_DEPENDENCIES:
@@ -316,16 +294,16 @@ class Outbox:
         """
         if not isinstance(kind, str) or kind not in LEDGER_KINDS:
             raise InvalidInput(f"kind must be one of {', '.join(LEDGER_KINDS)}, got {kind!r:.80}")
-        user_id = _valid_user_id(user_id)
+        user_id = valid_user_id(user_id)
         plain, payload_hash = canonical_payload(payload)
-        op_id = time_ordered_uuid() if operation_id is None else _uuid("operation_id", operation_id)
+        op_id = time_ordered_uuid() if operation_id is None else parse_uuid("operation_id", operation_id)
         now = _now()
         record = OutboxRecord(
             operation_id=op_id,
             user_id=user_id,
             kind=kind,
             schema_version=SCHEMA_VERSION,
-            dependencies=_dependencies(dependencies, op_id),
+            dependencies=validate_dependencies(dependencies, op_id),
             payload=plain,
             payload_hash=payload_hash,
             state="pending",
@@ -362,7 +340,7 @@ class Outbox:
 
     def get(self, operation_id: UUID | str) -> OutboxRecord | None:
         """The record with this operation id, or None. :class:`MalformedRecord` if it does not parse."""
-        name = str(_uuid("operation_id", operation_id))
+        name = str(parse_uuid("operation_id", operation_id))
         try:
             found = self.spool.get(name)
         except ValueError as exc:

@@ -59,7 +59,7 @@ from typing import Any
 
 from prme_pg.errors import PrmeError
 
-__all__ = ["Spool", "StateMismatch", "time_ordered_uuid"]
+__all__ = ["Spool", "StateMismatch", "process_alive", "time_ordered_uuid"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _STATE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -381,7 +381,7 @@ class Spool:
                 if len(parts) != 4 or not parts[1].isdigit():
                     continue
                 pid = int(parts[1])
-                if pid == os.getpid() or _alive(pid):
+                if pid == os.getpid() or process_alive(pid):
                     continue
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
@@ -413,7 +413,8 @@ def _read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host (signal 0; one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

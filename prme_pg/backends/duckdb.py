@@ -37,6 +37,7 @@ import duckdb
 
 from ..errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
 from ..models import Event, JournalIssue, Node, ReplayResult
+from ..validation import require_utf8, valid_user_id
 from . import (
     AddEvent,
     AddNode,
@@ -292,8 +293,6 @@ JOURNAL_RECORDS = (
 # -- validation: sql/postgres/030_validation.sql, same checks and messages ----------
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
-# Unicode's control characters (category Cc), as prme._valid_user_id spells them out.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _STABILITIES = ("low", "semi-stable", "stable")
 _DECAY_PROFILES = ("permanent", "slow", "medium", "fast", "rapid")
 _MAX_TEXT_BYTES = 65536
@@ -303,19 +302,6 @@ def _quote_literal(value: str) -> str:
     # PostgreSQL's quote_literal, for error details that read the same on both engines.
     quoted = "'" + value.replace("'", "''").replace("\\", "\\\\") + "'"
     return "E" + quoted if "\\" in value else quoted
-
-
-def valid_user_id(user_id: object) -> str:
-    if user_id is None:
-        raise InvalidInput("user_id must not be null")
-    if (
-        not isinstance(user_id, str)
-        or not 1 <= len(user_id) <= 256
-        or _CONTROL.search(user_id)
-        or user_id != user_id.strip(" ")
-    ):
-        raise InvalidInput("user_id must be 1 to 256 characters without control characters or surrounding spaces")
-    return _utf8("user_id", user_id)
 
 
 def valid_name(argument: str, value: object) -> str:
@@ -329,16 +315,7 @@ def _no_nul(argument: str, value: str) -> str:
     # PostgreSQL text cannot hold NUL; psycopg refuses to send it. Same outcome here.
     if "\x00" in value:
         raise InvalidInput(f"{argument} must not contain NUL (0x00) characters")
-    return _utf8(argument, value)
-
-
-def _utf8(argument: str, value: str) -> str:
-    # A lone surrogate has no UTF-8 form; refuse it here, typed, before duckdb does untyped.
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(f"{argument} is not valid Unicode: {exc.reason}") from exc
-    return value
+    return require_utf8(argument, value)
 
 
 def valid_content(content: object) -> str:
@@ -377,7 +354,7 @@ def valid_payload(payload: object) -> str:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload must be a JSON object ({exc})") from exc
-    if len(_utf8("payload", text).encode("utf-8")) > _MAX_TEXT_BYTES:
+    if len(require_utf8("payload", text).encode("utf-8")) > _MAX_TEXT_BYTES:
         raise InvalidInput("payload must be at most 65536 bytes of JSON")
     if "\\u0000" in text:
         # jsonb refuses \u0000 (SQLSTATE 22P05); keep the engines alike.
