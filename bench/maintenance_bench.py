@@ -20,7 +20,7 @@ migrations, and generates one owner's data set-based with generate_series:
   5 % explicit_correction, all recorded before now;
 * the bookkeeping rebuilt set-based from memories and events (prme._rebuild_node_maintenance:
   the triggers that keep it during normal writes are off for the bulk load), and a review
-  state for every tenth memory.
+  state for every tenth memory (with what it leaves pending, as a review sets it).
 
 The generator inserts rows directly, as a bulk load would, with foreign-key triggers
 off (session_replication_role = replica); the rows are consistent by construction. No
@@ -38,9 +38,10 @@ backend plus any parallel workers, from /proc: robust on a shared machine):
   decides for the scan, and off inside the report, which sets jit = off itself);
 * with --previous, the report as migration 0003 released it, created under another name
   from that file's text, measured in the same rounds: before and after side by side;
-* with --floor, a function that does only what no report can avoid: the same scan and first
-  cut of prme.node_maintenance, and its rows (same columns) into the function's result,
-  nothing computed. What the report costs beyond it is its rules.
+* with --floor, a function that does only what no report can avoid: a scan of
+  prme.node_maintenance with 0003's first cut (on the raw counts, not on 0008's report
+  columns; kept so floors compare across releases), and its rows (same columns) into the
+  function's result, nothing computed. What the report costs beyond it is its rules.
 
 Both sides read warm pages from shared buffers: the run ends by checking, with EXPLAIN
 (BUFFERS), that the baseline scan read no page from outside them, and says so in red if
@@ -177,7 +178,12 @@ UPDATE prme.node_maintenance AS k SET
     reviewed_explicit_corrections = k.explicit_corrections / 2,
     reviewed_at = now() - interval '10 days',
     decay_anchor = k.next_review_at,
-    decay_cycles = CASE WHEN k.next_review_at < now() THEN 1 ELSE 0 END
+    decay_cycles = CASE WHEN k.next_review_at < now() THEN 1 ELSE 0 END,
+    -- Written directly, so what is left pending is too (as the review would).
+    pending_moves = prme._maintenance_moves(
+        k.stability, k.lifecycle_state, k.explicit_reinforcements - k.explicit_reinforcements / 2,
+        k.implicit_successes - k.implicit_successes / 2, k.explicit_corrections - k.explicit_corrections / 2
+    )
 WHERE k.user_id = 'bench' AND ('x' || substr(md5(k.node_id::text), 1, 8))::bit(32)::integer % 10 = 0
 """
 

@@ -501,6 +501,10 @@ def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection
     for owner in ("alice", "bob"):
         conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (owner,))
     conn.execute(VARIED_STATES.encode())
+    # The review states were written directly: what is pending follows from a rebuild.
+    for owner in ("alice", "bob"):
+        conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (owner,))
+    assert _one(conn, "SELECT count(*) FILTER (WHERE pending_moves > 0) FROM prme.node_maintenance") > 500
     # bob's own cadences and decay (one of them 0) against alice's defaults.
     conn.execute(
         "INSERT INTO prme.maintenance_settings (user_id, stability, review_cadence, decay_per_cycle) VALUES"
@@ -538,9 +542,75 @@ def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection
     }, kinds
 
 
-def test_upgrading_to_0007_keeps_the_report(pg_server: testing.Server) -> None:
-    """A database at 0006 with bookkeeping in every state upgrades to 0007: the same
-    bookkeeping, the same report as of the same time, and the bookkeeping still kept up."""
+REPORT_COLUMNS = {"pending_moves", "review_due_at", "confidence_ten_thousandths"}
+
+
+def _moves(row: Row) -> int:
+    """docs/MAINTENANCE.md §5 in Python: what a bookkeeping row's outcomes since its last review call for."""
+    er = row["explicit_reinforcements"] - row["reviewed_explicit_reinforcements"]
+    isx = row["implicit_successes"] - row["reviewed_implicit_successes"]
+    ec = row["explicit_corrections"] - row["reviewed_explicit_corrections"]
+    active, low = row["lifecycle_state"] == "active", row["stability"] == "low"
+    if row["lifecycle_state"] not in ("active", "contested"):
+        return 0
+    if ec >= 1:
+        return (1 if low else 2) + (2 if ec >= 2 and active else 0)
+    if not active:
+        return 0
+    if er >= 2:
+        return 0 if row["stability"] == "stable" else 5
+    return 6 if isx >= 5 and low else 0
+
+
+def _assert_report_columns(rows: list[Row]) -> None:
+    """Every bookkeeping row's report columns agree with its other columns (as JSON rows)."""
+    for row in rows:
+        due_at = row["next_review_at"] if row["lifecycle_state"] in ("active", "contested") else None
+        assert (row["pending_moves"], row["review_due_at"]) == (_moves(row), due_at), row
+        assert row["confidence_ten_thousandths"] == round(Decimal(str(row["confidence_base"])) * 10000), row
+
+
+def test_every_writer_keeps_the_report_columns(conn: psycopg.Connection[Any]) -> None:
+    """pending_moves, review_due_at and confidence_ten_thousandths are plain columns set by
+    the statements that change their inputs: after each kind of write they still agree
+    with the row (add_node, outcomes, reinforce, mark_reviewed, every patch op, archive)."""
+    bookkeeping = "SELECT to_jsonb(k) FROM prme.node_maintenance AS k WHERE k.user_id = 'alice'"
+    seen: set[int] = set()
+
+    def check() -> None:
+        rows = [r[0] for r in conn.execute(bookkeeping)]
+        _assert_report_columns(rows)
+        seen.update(r["pending_moves"] for r in rows)
+
+    ids = _maintenance_fixture(conn)  # add_node, then corrections or reinforcements
+    for stability in ("low", "semi-stable"):
+        _record(_add_node(conn, content=f"corrected once, {stability}", stability=stability), "explicit_correction")(
+            conn
+        )
+    check()
+    low = _add_node(conn, content="silent successes", stability="low", confidence_base=Decimal("0.5"))
+    for _ in range(5):
+        _record(low, "implicit_success")(conn)
+    _reinforce(ids[0], None)(conn)
+    check()
+    patch_id, ops = _patch(conn)
+    assert {op["op"] for op in ops} == {"decay_confidence", "update_stability", "mark_contested"}
+    _apply(patch_id, [op["op_id"] for op in ops], "manual")(conn)  # settles, decays, contests
+    check()
+    for node_id in ids[:2]:
+        _record(node_id, "explicit_correction")(conn)
+        conn.execute("SELECT prme.mark_reviewed('alice', %s)", (node_id,))
+        check()
+    conn.execute("SELECT prme.archive_node('alice', %s)", (ids[2],))
+    check()
+    assert seen == set(range(7)), seen
+    _assert_sound(conn)
+
+
+def test_upgrading_from_0006_keeps_the_report(pg_server: testing.Server) -> None:
+    """A database at 0006 with bookkeeping in every state upgrades to 0007 and 0008: the
+    same bookkeeping plus 0008's report columns, right for every row, the same report as
+    of the same time, and the bookkeeping (report columns too) still kept up."""
     name = testing.create_database(pg_server, prefix="prme_upgrade")
     try:
         with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
@@ -560,7 +630,10 @@ def test_upgrading_to_0007_keeps_the_report(pg_server: testing.Server) -> None:
             before_report = Counter(r[0] for r in conn.execute(report, ("alice", as_of)))
 
             assert [m.version for m in migrations.migrate(conn, every)] == [m.version for m in every if m.version >= 7]
-            assert dict(conn.execute(bookkeeping).fetchall()) == before
+            after = dict(conn.execute(bookkeeping).fetchall())
+            assert {n: {k: v for k, v in row.items() if k not in REPORT_COLUMNS} for n, row in after.items()} == before
+            _assert_report_columns(list(after.values()))
+            assert {row["pending_moves"] for row in after.values()} == set(range(7))
             assert Counter(r[0] for r in conn.execute(report, ("alice", as_of))) == before_report
             assert len(before) == 3000 and sum(before_report.values()) > 500
             # Kept up after the upgrade: an outcome adds to its memory's totals, a review settles.
@@ -572,6 +645,9 @@ def test_upgrading_to_0007_keeps_the_report(pg_server: testing.Server) -> None:
             conn.execute("SELECT prme.record_outcome('alice', %s, 'explicit_correction')", (node_id,))
             totals = _one(conn, "SELECT explicit_corrections FROM prme.node_maintenance WHERE node_id = %s", node_id)
             assert totals == before[node_id]["explicit_corrections"] + 1
+            row = _one(conn, "SELECT to_jsonb(k) FROM prme.node_maintenance AS k WHERE node_id = %s", node_id)
+            assert _moves(row) >= 1  # a correction calls for review_memory at least
+            _assert_report_columns([row])
             with conn.transaction(force_rollback=True):
                 assert _one(conn, "SELECT prme._rebuild_node_maintenance('alice')") == 0
     finally:

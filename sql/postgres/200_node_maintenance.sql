@@ -11,10 +11,62 @@
 --   * running outcome totals, added to by every outcome (210);
 --   * the totals the memory's last review saw (settled, 240): the report counts
 --     only newer outcomes;
---   * the overdue cycles already decayed against its schedule (260).
+--   * the overdue cycles already decayed against its schedule (260);
+--   * three values the report filters and decays on, set by the same statements
+--     that change their inputs (migration 0008): what the outcomes since the last
+--     review call for (pending_moves, prme._maintenance_moves), the schedule of a
+--     memory the report considers (review_due_at, prme._report_due_at) and the
+--     confidence in ten-thousandths. Plain columns, not generated ones: PostgreSQL
+--     prepares a table's generation expressions again in every statement that
+--     writes it, and every confirmation writes this row twice (docs/MAINTENANCE.md).
 -- Everything here can be recomputed from prme.nodes and prme.outcomes
 -- (prme._rebuild_node_maintenance) except the review and decay bookkeeping.
 -- =============================================================================
+
+-- What outcome counts since the last review call for, as one small code (the
+-- recommendations after review_due, in their documented order; docs/MAINTENANCE.md §5):
+--   0 nothing                                  4 review_memory, decrease_stability, mark_contested
+--   1 review_memory (already low)              5 increase_stability
+--   2 review_memory, decrease_stability        6 flag_for_review
+--   3 review_memory, mark_contested (already low)
+-- Only active and contested memories are considered; increases apply to active ones.
+-- SQL-standard body, no SET clause: inlined into the statements that call it.
+CREATE FUNCTION prme._maintenance_moves(
+    stability text, lifecycle_state text, explicit_reinforcements bigint, implicit_successes bigint,
+    explicit_corrections bigint
+)
+RETURNS smallint
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE
+    WHEN lifecycle_state NOT IN ('active', 'contested') THEN 0
+    WHEN explicit_corrections >= 1
+        THEN
+            CASE WHEN stability = 'low' THEN 1 ELSE 2 END
+            + CASE WHEN explicit_corrections >= 2 AND lifecycle_state = 'active' THEN 2 ELSE 0 END
+    WHEN lifecycle_state <> 'active' THEN 0
+    WHEN explicit_reinforcements >= 2 THEN CASE WHEN stability = 'stable' THEN 0 ELSE 5 END
+    WHEN implicit_successes >= 5 AND stability = 'low' THEN 6
+    ELSE 0
+END::smallint;
+
+COMMENT ON FUNCTION prme._maintenance_moves(text, text, bigint, bigint, bigint) IS
+'Internal: what outcome counts since the last review call for, as a code (0 nothing, 1 review_memory, 2 and '
+'decrease_stability, 3 review_memory and mark_contested, 4 all three, 5 increase_stability, 6 flag_for_review) '
+'for a memory of this stability and lifecycle state (0 unless active or contested). See docs/MAINTENANCE.md.';
+
+-- The memory's next_review_at if the maintenance report considers it (active or
+-- contested), else null: the report's "due" test is one comparison.
+CREATE FUNCTION prme._report_due_at(lifecycle_state text, next_review_at timestamptz)
+RETURNS timestamptz
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE WHEN lifecycle_state IN ('active', 'contested') THEN next_review_at END;
+
+COMMENT ON FUNCTION prme._report_due_at(text, timestamptz) IS
+'Internal: next_review_at of a memory the maintenance report considers (active or contested), else null.';
 
 CREATE TABLE prme.node_maintenance (
     user_id text NOT NULL,
@@ -45,14 +97,24 @@ CREATE TABLE prme.node_maintenance (
     decay_anchor timestamptz,
     decay_cycles integer NOT NULL DEFAULT 0 CHECK (decay_cycles >= 0),
     updated_at timestamptz NOT NULL,
+    -- For the report (migration 0008), set with their inputs. What the outcomes
+    -- since the last review call for: prme._maintenance_moves(stability,
+    -- lifecycle_state, totals minus reviewed totals).
+    pending_moves smallint NOT NULL,
+    -- prme._report_due_at(lifecycle_state, next_review_at).
+    review_due_at timestamptz,
+    -- confidence_base * 10000, exact (numeric(5, 4)): the report decays in integers.
+    confidence_ten_thousandths integer NOT NULL,
     PRIMARY KEY (user_id, node_id),
     FOREIGN KEY (user_id, node_id) REFERENCES prme.nodes (user_id, id)
 );
 
 COMMENT ON TABLE prme.node_maintenance IS
 'Derived, one row per memory: a mirror of its schedule fields (kept by triggers on prme.nodes), its running outcome '
-'totals, the totals its last review settled, and the overdue cycles decayed against its schedule. The maintenance '
-'report reads only this table. See docs/MAINTENANCE.md.';
+'totals, the totals its last review settled, the overdue cycles decayed against its schedule, and what those '
+'totals call for and its schedule as the report reads them (pending_moves, review_due_at, '
+'confidence_ten_thousandths: set by every statement that changes their inputs). The maintenance report reads only '
+'this table. See docs/MAINTENANCE.md.';
 
 CREATE FUNCTION prme._mirror_node()
 RETURNS trigger
@@ -60,11 +122,15 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- A new memory has no outcomes yet: nothing pending. An existing one keeps its
+    -- totals, and what they call for follows its (maybe new) stability and state.
     INSERT INTO prme.node_maintenance AS k (
-        user_id, node_id, stability, lifecycle_state, next_review_at, decay_profile, confidence_base, updated_at
+        user_id, node_id, stability, lifecycle_state, next_review_at, decay_profile, confidence_base, updated_at,
+        pending_moves, review_due_at, confidence_ten_thousandths
     ) VALUES (
         NEW.user_id, NEW.id, NEW.stability, NEW.lifecycle_state, NEW.next_review_at, NEW.decay_profile,
-        NEW.confidence_base, NEW.updated_at
+        NEW.confidence_base, NEW.updated_at,
+        0, prme._report_due_at(NEW.lifecycle_state, NEW.next_review_at), (NEW.confidence_base * 10000)::integer
     )
     ON CONFLICT (user_id, node_id) DO UPDATE SET
         stability = excluded.stability,
@@ -72,14 +138,23 @@ BEGIN
         next_review_at = excluded.next_review_at,
         decay_profile = excluded.decay_profile,
         confidence_base = excluded.confidence_base,
-        updated_at = excluded.updated_at;
+        updated_at = excluded.updated_at,
+        pending_moves = prme._maintenance_moves(
+            excluded.stability, excluded.lifecycle_state,
+            k.explicit_reinforcements - k.reviewed_explicit_reinforcements,
+            k.implicit_successes - k.reviewed_implicit_successes,
+            k.explicit_corrections - k.reviewed_explicit_corrections
+        ),
+        review_due_at = excluded.review_due_at,
+        confidence_ten_thousandths = excluded.confidence_ten_thousandths;
     RETURN NULL;
 END;
 $$;
 
 COMMENT ON FUNCTION prme._mirror_node() IS
 'Internal trigger on prme.nodes: copies stability, lifecycle_state, next_review_at, decay_profile and '
-'confidence_base into the memory''s prme.node_maintenance row (creating it for a new memory).';
+'confidence_base into the memory''s prme.node_maintenance row (creating it for a new memory), with what its '
+'outcomes call for and its schedule and confidence as the report reads them.';
 
 CREATE TRIGGER nodes_maintenance_mirror_insert
 AFTER INSERT ON prme.nodes
@@ -99,7 +174,8 @@ EXECUTE FUNCTION prme._mirror_node();
 
 -- Memories created before this module existed (an upgraded database).
 INSERT INTO prme.node_maintenance (
-    user_id, node_id, stability, lifecycle_state, next_review_at, decay_profile, confidence_base, updated_at
+    user_id, node_id, stability, lifecycle_state, next_review_at, decay_profile, confidence_base, updated_at,
+    pending_moves, review_due_at, confidence_ten_thousandths
 )
 SELECT
     n.user_id,
@@ -109,7 +185,10 @@ SELECT
     n.next_review_at,
     n.decay_profile,
     n.confidence_base,
-    now() AS updated_at
+    now() AS updated_at,
+    0 AS pending_moves,
+    prme._report_due_at(n.lifecycle_state, n.next_review_at) AS review_due_at,
+    (n.confidence_base * 10000)::integer AS confidence_ten_thousandths
 FROM prme.nodes AS n
 ON CONFLICT DO NOTHING;
 
@@ -141,14 +220,19 @@ BEGIN
     INSERT INTO prme.node_maintenance AS k (
         user_id, node_id, stability, lifecycle_state, next_review_at, decay_profile, confidence_base,
         explicit_reinforcements, implicit_successes, neutral_exposures, explicit_corrections, last_outcome_at,
-        updated_at
+        updated_at, pending_moves, review_due_at, confidence_ten_thousandths
     )
     SELECT
         n.user_id, n.id, n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile, n.confidence_base,
-        coalesce(t.er, 0), coalesce(t.isx, 0), coalesce(t.ne, 0), coalesce(t.ec, 0), t.last_at, now()
+        coalesce(t.er, 0), coalesce(t.isx, 0), coalesce(t.ne, 0), coalesce(t.ec, 0), t.last_at, now(),
+        prme._maintenance_moves(n.stability, n.lifecycle_state, coalesce(t.er, 0), coalesce(t.isx, 0), coalesce(t.ec, 0)),
+        prme._report_due_at(n.lifecycle_state, n.next_review_at),
+        (n.confidence_base * 10000)::integer
     FROM prme.nodes AS n
     LEFT JOIN totals AS t ON t.node_id = n.id
     WHERE n.user_id = v_user_id
+    -- An existing row keeps what its last review settled: what is pending is
+    -- counted from the rebuilt totals minus those.
     ON CONFLICT (user_id, node_id) DO UPDATE SET
         stability = excluded.stability,
         lifecycle_state = excluded.lifecycle_state,
@@ -160,24 +244,40 @@ BEGIN
         neutral_exposures = excluded.neutral_exposures,
         explicit_corrections = excluded.explicit_corrections,
         last_outcome_at = excluded.last_outcome_at,
-        updated_at = excluded.updated_at
+        updated_at = excluded.updated_at,
+        pending_moves = prme._maintenance_moves(
+            excluded.stability, excluded.lifecycle_state,
+            excluded.explicit_reinforcements - k.reviewed_explicit_reinforcements,
+            excluded.implicit_successes - k.reviewed_implicit_successes,
+            excluded.explicit_corrections - k.reviewed_explicit_corrections
+        ),
+        review_due_at = excluded.review_due_at,
+        confidence_ten_thousandths = excluded.confidence_ten_thousandths
     WHERE (k.stability, k.lifecycle_state, k.next_review_at, k.decay_profile, k.confidence_base,
            k.explicit_reinforcements, k.implicit_successes, k.neutral_exposures, k.explicit_corrections,
-           k.last_outcome_at)
+           k.last_outcome_at, k.pending_moves, k.review_due_at, k.confidence_ten_thousandths)
           IS DISTINCT FROM
           (excluded.stability, excluded.lifecycle_state, excluded.next_review_at, excluded.decay_profile,
            excluded.confidence_base, excluded.explicit_reinforcements, excluded.implicit_successes,
-           excluded.neutral_exposures, excluded.explicit_corrections, excluded.last_outcome_at);
+           excluded.neutral_exposures, excluded.explicit_corrections, excluded.last_outcome_at,
+           prme._maintenance_moves(
+               excluded.stability, excluded.lifecycle_state,
+               excluded.explicit_reinforcements - k.reviewed_explicit_reinforcements,
+               excluded.implicit_successes - k.reviewed_implicit_successes,
+               excluded.explicit_corrections - k.reviewed_explicit_corrections
+           ),
+           excluded.review_due_at, excluded.confidence_ten_thousandths);
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN v_rows;
 END;
 $$;
 
 COMMENT ON FUNCTION prme._rebuild_node_maintenance(text) IS
-'Internal: recomputes the mirror and the running outcome totals of one owner''s memories from prme.nodes and '
-'prme.outcomes, set-based (after a bulk load with triggers off, or to repair), keeping review and decay '
-'bookkeeping. Returns the number of rows it wrote (0 when everything was right). Run it while the owner''s '
-'memories are not being changed.';
+'Internal: recomputes the mirror, the running outcome totals and what they call for (pending_moves, '
+'review_due_at, confidence_ten_thousandths) of one owner''s memories from prme.nodes and prme.outcomes, '
+'set-based (after a bulk load with triggers off, or to repair), keeping review and decay bookkeeping. Returns '
+'the number of rows it wrote (0 when everything was right). Run it while the owner''s memories are not being '
+'changed.';
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 ALTER TABLE prme.node_maintenance ENABLE ROW LEVEL SECURITY;

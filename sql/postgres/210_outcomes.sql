@@ -211,6 +211,10 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_row prme.outcomes;
+    -- The outcome as increments of the totals pending_moves reads.
+    v_er integer;
+    v_is integer;
+    v_ec integer;
 BEGIN
     v_row.user_id := _add_outcome.user_id;
     v_row.id := gen_random_uuid();
@@ -227,11 +231,21 @@ BEGIN
     v_row.created_at := _add_outcome.created_at;
     INSERT INTO prme.outcomes SELECT v_row.*;
 
+    v_er := (v_row.outcome = 'explicit_reinforcement')::integer;
+    v_is := (v_row.outcome = 'implicit_success')::integer;
+    v_ec := (v_row.outcome = 'explicit_correction')::integer;
     UPDATE prme.node_maintenance AS k SET
-        explicit_reinforcements = k.explicit_reinforcements + (v_row.outcome = 'explicit_reinforcement')::integer,
-        implicit_successes = k.implicit_successes + (v_row.outcome = 'implicit_success')::integer,
+        explicit_reinforcements = k.explicit_reinforcements + v_er,
+        implicit_successes = k.implicit_successes + v_is,
         neutral_exposures = k.neutral_exposures + (v_row.outcome = 'neutral_exposure')::integer,
-        explicit_corrections = k.explicit_corrections + (v_row.outcome = 'explicit_correction')::integer,
+        explicit_corrections = k.explicit_corrections + v_ec,
+        -- What the new totals call for (SET sees the old values: the increments again).
+        pending_moves = prme._maintenance_moves(
+            k.stability, k.lifecycle_state,
+            k.explicit_reinforcements + v_er - k.reviewed_explicit_reinforcements,
+            k.implicit_successes + v_is - k.reviewed_implicit_successes,
+            k.explicit_corrections + v_ec - k.reviewed_explicit_corrections
+        ),
         last_outcome_at = greatest(k.last_outcome_at, v_row.created_at),
         updated_at = v_row.created_at
     WHERE k.user_id = v_row.user_id AND k.node_id = v_row.node_id;
@@ -244,7 +258,8 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme._add_outcome(text, uuid, text, uuid, text, text, text, uuid, text, bigint, timestamptz) IS
-'Internal: appends one outcome event and adds it to the node''s running totals in prme.node_maintenance. '
+'Internal: appends one outcome event and adds it to the node''s running totals in prme.node_maintenance '
+'(and what they call for, pending_moves). '
 'The caller has validated the arguments and holds a lock on the node.';
 
 CREATE FUNCTION prme._suggested_stability(

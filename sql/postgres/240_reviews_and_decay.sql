@@ -57,7 +57,16 @@ BEGIN
         reviewed_explicit_corrections
         = greatest(k.reviewed_explicit_corrections, _settle_outcomes.explicit_corrections),
         reviewed_at = _settle_outcomes.reviewed_at,
-        updated_at = _settle_outcomes.reviewed_at
+        updated_at = _settle_outcomes.reviewed_at,
+        -- What is left pending after the settled counts (SET sees the old values).
+        pending_moves = prme._maintenance_moves(
+            k.stability, k.lifecycle_state,
+            k.explicit_reinforcements
+            - greatest(k.reviewed_explicit_reinforcements, _settle_outcomes.explicit_reinforcements),
+            k.implicit_successes - greatest(k.reviewed_implicit_successes, _settle_outcomes.implicit_successes),
+            k.explicit_corrections
+            - greatest(k.reviewed_explicit_corrections, _settle_outcomes.explicit_corrections)
+        )
     WHERE k.user_id = _settle_outcomes.user_id AND k.node_id = _settle_outcomes.node_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'prme.node_maintenance has no row for node %', _settle_outcomes.node_id

@@ -5,9 +5,10 @@
 -- memory's schedule fields, its running outcome totals and what its last review
 -- settled are all there, so the report joins nothing per memory and never
 -- aggregates outcomes (docs/MAINTENANCE.md, "Scale"). The effective settings are
--- read once into variables. Outcomes are read only for memories with outcomes
--- after as_of, to leave those out. Counts are outcomes since the last review, up
--- to as_of:
+-- read once into variables; what does not depend on as_of is precomputed in the
+-- bookkeeping row (pending_moves, review_due_at: 200). Outcomes are read only for
+-- memories with outcomes after as_of, to leave those out. Counts are outcomes
+-- since the last review, up to as_of:
 --   explicit_correction >= 1          review_memory, and decrease_stability
 --                                     (stable -> semi-stable, semi-stable -> low;
 --                                     requires review) unless already low
@@ -58,9 +59,11 @@ DECLARE
     v_low_seconds double precision := date_part('epoch', v_low.review_cadence);
     v_semi_seconds double precision := date_part('epoch', v_semi.review_cadence);
     v_stable_seconds double precision := date_part('epoch', v_stable.review_cadence);
-    v_low_decay numeric := v_low.decay_per_cycle;
-    v_semi_decay numeric := v_semi.decay_per_cycle;
-    v_stable_decay numeric := v_stable.decay_per_cycle;
+    -- Decay per cycle in ten-thousandths (numeric(5, 4): exact), like the memory's
+    -- confidence_ten_thousandths: decay is integer arithmetic.
+    v_low_decay integer := (v_low.decay_per_cycle * 10000)::integer;
+    v_semi_decay integer := (v_semi.decay_per_cycle * 10000)::integer;
+    v_stable_decay integer := (v_stable.decay_per_cycle * 10000)::integer;
 BEGIN
     RETURN QUERY
     WITH counted AS (
@@ -69,10 +72,10 @@ BEGIN
             k.lifecycle_state,
             k.stability,
             k.confidence_base,
+            k.confidence_ten_thousandths,
             k.next_review_at,
-            -- The text columns are classified once; everything after compares integers.
-            CASE k.stability WHEN 'low' THEN 1 WHEN 'semi-stable' THEN 2 ELSE 3 END AS stability_rank,
-            k.lifecycle_state = 'active' AS active,
+            -- review_due_at is next_review_at (null unless active or contested).
+            coalesce(k.review_due_at <= v_as_of, false) AS due,
             -- Outcomes since the last review, up to as_of: the totals minus what the
             -- review settled, minus (rarely) what was recorded after as_of.
             CASE WHEN k.last_outcome_at > v_as_of
@@ -87,9 +90,16 @@ BEGIN
                 THEN greatest(k.explicit_corrections - k.reviewed_explicit_corrections - l.later[3], 0)
                 ELSE k.explicit_corrections - k.reviewed_explicit_corrections
             END AS ec,
-            coalesce(k.next_review_at <= v_as_of, false) AS due,
+            -- What they call for (a code, prme._maintenance_moves): precomputed in the
+            -- row, unless outcomes were recorded after as_of.
+            CASE WHEN k.last_outcome_at > v_as_of THEN prme._maintenance_moves(k.stability, k.lifecycle_state,
+                    greatest(k.explicit_reinforcements - k.reviewed_explicit_reinforcements - l.later[1], 0),
+                    greatest(k.implicit_successes - k.reviewed_implicit_successes - l.later[2], 0),
+                    greatest(k.explicit_corrections - k.reviewed_explicit_corrections - l.later[3], 0))
+                ELSE k.pending_moves
+            END AS moves,
             -- Overdue cycles begun by as_of (due memories only).
-            CASE WHEN k.next_review_at <= v_as_of
+            CASE WHEN k.review_due_at <= v_as_of
                     THEN prme._cycles_due(k.next_review_at, v_as_of, CASE k.stability
                         WHEN 'low' THEN v_low_seconds WHEN 'semi-stable' THEN v_semi_seconds ELSE v_stable_seconds
                     END)
@@ -97,7 +107,11 @@ BEGIN
             END AS cycles_due,
             -- Cycles already decayed against the current schedule.
             CASE WHEN k.decay_anchor = k.next_review_at THEN k.decay_cycles ELSE 0 END AS cycles_done,
-            k.decay_profile <> 'permanent' AND k.confidence_base > 0 AS can_decay
+            -- The decay per cycle (ten-thousandths); 0 for memories that do not decay
+            -- (permanent, or confidence already 0).
+            CASE WHEN k.decay_profile <> 'permanent' AND k.confidence_base > 0 THEN CASE k.stability
+                WHEN 'low' THEN v_low_decay WHEN 'semi-stable' THEN v_semi_decay ELSE v_stable_decay END
+            ELSE 0 END AS decay_per_cycle
         FROM prme.node_maintenance AS k
         -- Outcomes recorded after as_of are not part of the report. Only memories
         -- whose newest outcome is later than as_of look them up (none when as_of is
@@ -113,52 +127,22 @@ BEGIN
                 WHERE o.user_id = k.user_id AND o.node_id = k.node_id AND o.created_at > v_as_of
             ) END AS later
         ) AS l
-        WHERE k.user_id = v_user_id
-          AND k.lifecycle_state IN ('active', 'contested')
-          -- A cheap first cut (counted before leaving out later outcomes, which
-          -- only lower them): neither due nor near any outcome threshold.
-          AND (k.next_review_at <= v_as_of
-               OR k.explicit_corrections > k.reviewed_explicit_corrections
-               OR k.explicit_reinforcements >= k.reviewed_explicit_reinforcements + 2
-               OR k.implicit_successes >= k.reviewed_implicit_successes + 5)
+        -- The first cut, on two precomputed columns: due, or outcomes that call for
+        -- something. Outcomes after as_of only lower the counts, and lower counts
+        -- never call for something when the totals call for nothing. Written before
+        -- the owner test: about half of the rows fail it.
+        WHERE (k.review_due_at <= v_as_of OR k.pending_moves > 0)
+          AND k.user_id = v_user_id
         -- A fence: each value above is computed once per memory, not once per
         -- reference below.
-        OFFSET 0
-    ),
-
-    assessed AS (
-        SELECT
-            c.*,
-            CASE c.stability_rank WHEN 1 THEN v_low_decay WHEN 2 THEN v_semi_decay ELSE v_stable_decay
-            END AS decay_per_cycle,
-            -- decay_confidence: due, with overdue cycles not yet decayed.
-            c.cycles_due > c.cycles_done AND c.can_decay
-            AND CASE c.stability_rank WHEN 1 THEN v_low_decay WHEN 2 THEN v_semi_decay ELSE v_stable_decay END > 0
-                AS decaying,
-            -- What the outcomes call for, as one code (the recommendations after
-            -- review_due, in their documented order):
-            --   0 nothing                       4 review_memory, decrease_stability, mark_contested
-            --   1 review_memory (already low)   5 increase_stability
-            --   2 review_memory, decrease_stability
-            --   3 review_memory, mark_contested (already low)
-            --                                   6 flag_for_review
-            CASE
-                WHEN c.ec >= 1 THEN CASE WHEN c.stability_rank = 1 THEN 1 ELSE 2 END
-                    + CASE WHEN c.ec >= 2 AND c.active THEN 2 ELSE 0 END
-                WHEN NOT c.active THEN 0
-                WHEN c.er >= 2 THEN CASE WHEN c.stability_rank < 3 THEN 5 ELSE 0 END
-                WHEN c.isx >= 5 AND c.stability_rank = 1 THEN 6
-                ELSE 0
-            END AS moves
-        FROM counted AS c
         OFFSET 0
     )
 
     SELECT
-        a.node_id,
-        -- Constant arrays: nothing is built per row.
+        c.node_id,
+        -- Constant arrays, chosen by the schedule and the code: nothing is built per row.
         CASE
-            WHEN NOT a.due THEN CASE a.moves
+            WHEN NOT c.due THEN CASE c.moves
                 WHEN 1 THEN '{review_memory}'::text[]
                 WHEN 2 THEN '{review_memory,decrease_stability}'
                 WHEN 3 THEN '{review_memory,mark_contested}'
@@ -166,7 +150,8 @@ BEGIN
                 WHEN 5 THEN '{increase_stability}'
                 ELSE '{flag_for_review}'
             END
-            WHEN a.decaying THEN CASE a.moves
+            -- decay_confidence: due, with overdue cycles not yet decayed.
+            WHEN c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0 THEN CASE c.moves
                 WHEN 0 THEN '{decay_confidence,review_due}'::text[]
                 WHEN 1 THEN '{decay_confidence,review_due,review_memory}'
                 WHEN 2 THEN '{decay_confidence,review_due,review_memory,decrease_stability}'
@@ -175,7 +160,7 @@ BEGIN
                 WHEN 5 THEN '{decay_confidence,review_due,increase_stability}'
                 ELSE '{decay_confidence,review_due,flag_for_review}'
             END
-            ELSE CASE a.moves
+            ELSE CASE c.moves
                 WHEN 0 THEN '{review_due}'::text[]
                 WHEN 1 THEN '{review_due,review_memory}'
                 WHEN 2 THEN '{review_due,review_memory,decrease_stability}'
@@ -185,27 +170,34 @@ BEGIN
                 ELSE '{review_due,flag_for_review}'
             END
         END,
-        a.lifecycle_state,
-        a.stability,
+        c.lifecycle_state,
+        c.stability,
         -- Decreases go one step down, increases one step up, a flag at most to semi-stable.
-        CASE
-            WHEN a.moves IN (2, 4) THEN CASE a.stability_rank WHEN 3 THEN 'semi-stable' ELSE 'low' END
-            WHEN a.moves = 5 THEN CASE a.stability_rank WHEN 1 THEN 'semi-stable' ELSE 'stable' END
-            WHEN a.moves = 6 THEN 'semi-stable'
+        CASE c.moves
+            WHEN 0 THEN NULL
+            WHEN 5 THEN CASE c.stability WHEN 'low' THEN 'semi-stable' ELSE 'stable' END
+            WHEN 6 THEN 'semi-stable'
+            WHEN 2 THEN CASE c.stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
+            WHEN 4 THEN CASE c.stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
         END,
-        a.confidence_base::numeric,
-        CASE WHEN a.decaying
-                THEN greatest(a.confidence_base - (a.cycles_due - a.cycles_done) * a.decay_per_cycle, 0)::numeric
+        c.confidence_base::numeric,
+        CASE WHEN c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0
+            -- greatest(confidence_base - cycles * decay, 0) in ten-thousandths: the same
+            -- value and scale (4), or 0 once nothing is left.
+            THEN CASE WHEN c.confidence_ten_thousandths >= (c.cycles_due - c.cycles_done) * c.decay_per_cycle
+                THEN (c.confidence_ten_thousandths - (c.cycles_due - c.cycles_done) * c.decay_per_cycle) * 0.0001
+                ELSE 0
+            END
         END,
-        a.next_review_at,
-        a.cycles_due,
-        a.cycles_done,
-        a.er,
-        a.isx,
-        a.ec
-    FROM assessed AS a
+        c.next_review_at,
+        c.cycles_due,
+        c.cycles_done,
+        c.er,
+        c.isx,
+        c.ec
+    FROM counted AS c
     -- Exactly the memories with at least one recommendation.
-    WHERE a.due OR a.moves > 0;
+    WHERE c.due OR c.moves > 0;
 END;
 $$;
 
