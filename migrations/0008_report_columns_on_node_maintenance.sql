@@ -1,9 +1,11 @@
 -- prme-pg migration 0008_report_columns_on_node_maintenance: three columns on prme.node_maintenance
 -- that the maintenance report filters and decays on (pending_moves: what the outcomes since the last
 -- review call for; review_due_at; confidence_ten_thousandths), set by the statements that already
--- write the row (the mirror trigger, _add_outcome, _settle_outcomes, the rebuild), and the report
--- reading them. Same rules, same rows (docs/MAINTENANCE.md, "Scale").
--- Rewrites every prme.node_maintenance row once, to fill the new columns.
+-- write the row (the mirror trigger, _add_outcome, _settle_outcomes, the rebuild); the table's
+-- columns in the order the report reads them; the report reading them. Same rules, same rows
+-- (docs/MAINTENANCE.md, "Scale").
+-- Copies prme.node_maintenance into its new layout: one write per memory, holding an exclusive
+-- lock on the table until commit (outcomes, reviews and memory writes wait meanwhile).
 -- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0008_report_columns_on_node_maintenance.sql
 -- (or prme-pg migrate). Its bodies are those of sql/postgres/200, 210, 240 and 250.
 
@@ -56,28 +58,71 @@ RETURN CASE WHEN lifecycle_state IN ('active', 'contested') THEN next_review_at 
 COMMENT ON FUNCTION prme._report_due_at(text, timestamptz) IS
 'Internal: next_review_at of a memory the maintenance report considers (active or contested), else null.';
 
--- >>> sql/postgres/200_node_maintenance.sql: the columns, filled for every memory
+-- >>> sql/postgres/200_node_maintenance.sql: the new layout, filled from the old one
 
--- Added with defaults (no rewrite), filled, then the defaults dropped: every writer
--- sets them.
-ALTER TABLE prme.node_maintenance
-ADD COLUMN pending_moves smallint NOT NULL DEFAULT 0,
-ADD COLUMN review_due_at timestamptz,
-ADD COLUMN confidence_ten_thousandths integer NOT NULL DEFAULT 0;
+-- The old table steps aside (its primary key index too: index names are per schema),
+-- the new one takes its name, constraints and row-level security.
+LOCK TABLE prme.node_maintenance IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE prme.node_maintenance RENAME TO node_maintenance_0007;
+ALTER INDEX prme.node_maintenance_pkey RENAME TO node_maintenance_0007_pkey;
 
-UPDATE prme.node_maintenance AS k SET
-    pending_moves = prme._maintenance_moves(
-        k.stability, k.lifecycle_state,
-        k.explicit_reinforcements - k.reviewed_explicit_reinforcements,
-        k.implicit_successes - k.reviewed_implicit_successes,
-        k.explicit_corrections - k.reviewed_explicit_corrections
-    ),
-    review_due_at = prme._report_due_at(k.lifecycle_state, k.next_review_at),
-    confidence_ten_thousandths = (k.confidence_base * 10000)::integer;
-
-ALTER TABLE prme.node_maintenance
-ALTER COLUMN pending_moves DROP DEFAULT,
-ALTER COLUMN confidence_ten_thousandths DROP DEFAULT;
+-- Columns in the order the report reads them (migration 0008): a scan takes a
+-- row's columns apart from the first to the last one a statement needs, so the
+-- report's first cut (pending_moves, review_due_at, user_id) costs three columns
+-- per memory, what it computes from stops at decay_cycles, and the columns it
+-- never reads come last. Constraints are named (as PostgreSQL would name them)
+-- so that a database upgraded by 0008, which builds this table beside the old
+-- one, names them alike.
+CREATE TABLE prme.node_maintenance (
+    -- What the outcomes since the last review call for, set with its inputs:
+    -- prme._maintenance_moves(stability, lifecycle_state, totals - reviewed totals).
+    pending_moves smallint NOT NULL,
+    -- prme._report_due_at(lifecycle_state, next_review_at), set with them.
+    review_due_at timestamptz,
+    user_id text NOT NULL,
+    node_id uuid NOT NULL,
+    -- Mirror of prme.nodes (triggers nodes_maintenance_mirror_*).
+    stability text NOT NULL,
+    lifecycle_state text NOT NULL,
+    next_review_at timestamptz,
+    decay_profile text NOT NULL,
+    confidence_base numeric(5, 4) NOT NULL,
+    -- confidence_base * 10000, exact (numeric(5, 4)): the report decays in integers.
+    confidence_ten_thousandths integer NOT NULL,
+    -- Running outcome totals (neutral exposures below: the report never reads them).
+    explicit_reinforcements bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_explicit_reinforcements_check CHECK (explicit_reinforcements >= 0),
+    implicit_successes bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_implicit_successes_check CHECK (implicit_successes >= 0),
+    explicit_corrections bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_explicit_corrections_check CHECK (explicit_corrections >= 0),
+    last_outcome_at timestamptz,
+    -- The totals the last review saw.
+    reviewed_explicit_reinforcements bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_reviewed_explicit_reinforcements_check
+    CHECK (reviewed_explicit_reinforcements BETWEEN 0 AND explicit_reinforcements),
+    reviewed_implicit_successes bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_reviewed_implicit_successes_check
+    CHECK (reviewed_implicit_successes BETWEEN 0 AND implicit_successes),
+    reviewed_explicit_corrections bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_reviewed_explicit_corrections_check
+    CHECK (reviewed_explicit_corrections BETWEEN 0 AND explicit_corrections),
+    -- Overdue cycles already decayed against the next_review_at in decay_anchor.
+    decay_anchor timestamptz,
+    decay_cycles integer NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_decay_cycles_check CHECK (decay_cycles >= 0),
+    -- Not read by the report.
+    neutral_exposures bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_neutral_exposures_check CHECK (neutral_exposures >= 0),
+    reviewed_neutral_exposures bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_reviewed_neutral_exposures_check
+    CHECK (reviewed_neutral_exposures BETWEEN 0 AND neutral_exposures),
+    reviewed_at timestamptz,
+    updated_at timestamptz NOT NULL,
+    CONSTRAINT node_maintenance_pkey PRIMARY KEY (user_id, node_id),
+    CONSTRAINT node_maintenance_user_id_node_id_fkey
+    FOREIGN KEY (user_id, node_id) REFERENCES prme.nodes (user_id, id)
+);
 
 COMMENT ON TABLE prme.node_maintenance IS
 'Derived, one row per memory: a mirror of its schedule fields (kept by triggers on prme.nodes), its running outcome '
@@ -86,7 +131,31 @@ COMMENT ON TABLE prme.node_maintenance IS
 'confidence_ten_thousandths: set by every statement that changes their inputs). The maintenance report reads only '
 'this table. See docs/MAINTENANCE.md.';
 
--- >>> sql/postgres/200_node_maintenance.sql: the writers set them
+INSERT INTO prme.node_maintenance (
+    pending_moves, review_due_at, user_id, node_id, stability, lifecycle_state, next_review_at, decay_profile,
+    confidence_base, confidence_ten_thousandths, explicit_reinforcements, implicit_successes, explicit_corrections,
+    last_outcome_at, reviewed_explicit_reinforcements, reviewed_implicit_successes, reviewed_explicit_corrections,
+    decay_anchor, decay_cycles, neutral_exposures, reviewed_neutral_exposures, reviewed_at, updated_at
+)
+SELECT
+    prme._maintenance_moves(
+        k.stability, k.lifecycle_state,
+        k.explicit_reinforcements - k.reviewed_explicit_reinforcements,
+        k.implicit_successes - k.reviewed_implicit_successes,
+        k.explicit_corrections - k.reviewed_explicit_corrections
+    ),
+    prme._report_due_at(k.lifecycle_state, k.next_review_at),
+    k.user_id, k.node_id, k.stability, k.lifecycle_state, k.next_review_at, k.decay_profile, k.confidence_base,
+    (k.confidence_base * 10000)::integer,
+    k.explicit_reinforcements, k.implicit_successes, k.explicit_corrections, k.last_outcome_at,
+    k.reviewed_explicit_reinforcements, k.reviewed_implicit_successes, k.reviewed_explicit_corrections,
+    k.decay_anchor, k.decay_cycles, k.neutral_exposures, k.reviewed_neutral_exposures, k.reviewed_at, k.updated_at
+FROM prme.node_maintenance_0007 AS k;
+
+DROP TABLE prme.node_maintenance_0007;
+ALTER TABLE prme.node_maintenance ENABLE ROW LEVEL SECURITY;
+
+-- >>> sql/postgres/200_node_maintenance.sql: the writers set the new columns
 
 CREATE OR REPLACE FUNCTION prme._mirror_node()
 RETURNS trigger
@@ -420,7 +489,7 @@ BEGIN
             CASE WHEN k.decay_anchor = k.next_review_at THEN k.decay_cycles ELSE 0 END AS cycles_done,
             -- The decay per cycle (ten-thousandths); 0 for memories that do not decay
             -- (permanent, or confidence already 0).
-            CASE WHEN k.decay_profile <> 'permanent' AND k.confidence_base > 0 THEN CASE k.stability
+            CASE WHEN k.confidence_ten_thousandths > 0 AND k.decay_profile <> 'permanent' THEN CASE k.stability
                 WHEN 'low' THEN v_low_decay WHEN 'semi-stable' THEN v_semi_decay ELSE v_stable_decay END
             ELSE 0 END AS decay_per_cycle
         FROM prme.node_maintenance AS k
@@ -514,4 +583,4 @@ $$;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (8, 'report_columns_on_node_maintenance', 'ae7825c52106f54c2c74be715c7b32682fad861b2213cffa668c0fb91aad1ebf');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (8, 'report_columns_on_node_maintenance', '8e8a96d07e2f491436486635880e1a04369db70f33c40f717989d918175ed1ca');

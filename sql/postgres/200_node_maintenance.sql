@@ -68,7 +68,19 @@ RETURN CASE WHEN lifecycle_state IN ('active', 'contested') THEN next_review_at 
 COMMENT ON FUNCTION prme._report_due_at(text, timestamptz) IS
 'Internal: next_review_at of a memory the maintenance report considers (active or contested), else null.';
 
+-- Columns in the order the report reads them (migration 0008): a scan takes a
+-- row's columns apart from the first to the last one a statement needs, so the
+-- report's first cut (pending_moves, review_due_at, user_id) costs three columns
+-- per memory, what it computes from stops at decay_cycles, and the columns it
+-- never reads come last. Constraints are named (as PostgreSQL would name them)
+-- so that a database upgraded by 0008, which builds this table beside the old
+-- one, names them alike.
 CREATE TABLE prme.node_maintenance (
+    -- What the outcomes since the last review call for, set with its inputs:
+    -- prme._maintenance_moves(stability, lifecycle_state, totals - reviewed totals).
+    pending_moves smallint NOT NULL,
+    -- prme._report_due_at(lifecycle_state, next_review_at), set with them.
+    review_due_at timestamptz,
     user_id text NOT NULL,
     node_id uuid NOT NULL,
     -- Mirror of prme.nodes (triggers nodes_maintenance_mirror_*).
@@ -77,35 +89,40 @@ CREATE TABLE prme.node_maintenance (
     next_review_at timestamptz,
     decay_profile text NOT NULL,
     confidence_base numeric(5, 4) NOT NULL,
-    -- Running outcome totals.
-    explicit_reinforcements bigint NOT NULL DEFAULT 0 CHECK (explicit_reinforcements >= 0),
-    implicit_successes bigint NOT NULL DEFAULT 0 CHECK (implicit_successes >= 0),
-    neutral_exposures bigint NOT NULL DEFAULT 0 CHECK (neutral_exposures >= 0),
-    explicit_corrections bigint NOT NULL DEFAULT 0 CHECK (explicit_corrections >= 0),
+    -- confidence_base * 10000, exact (numeric(5, 4)): the report decays in integers.
+    confidence_ten_thousandths integer NOT NULL,
+    -- Running outcome totals (neutral exposures below: the report never reads them).
+    explicit_reinforcements bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_explicit_reinforcements_check CHECK (explicit_reinforcements >= 0),
+    implicit_successes bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_implicit_successes_check CHECK (implicit_successes >= 0),
+    explicit_corrections bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_explicit_corrections_check CHECK (explicit_corrections >= 0),
     last_outcome_at timestamptz,
     -- The totals the last review saw.
     reviewed_explicit_reinforcements bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_reviewed_explicit_reinforcements_check
     CHECK (reviewed_explicit_reinforcements BETWEEN 0 AND explicit_reinforcements),
     reviewed_implicit_successes bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_reviewed_implicit_successes_check
     CHECK (reviewed_implicit_successes BETWEEN 0 AND implicit_successes),
-    reviewed_neutral_exposures bigint NOT NULL DEFAULT 0
-    CHECK (reviewed_neutral_exposures BETWEEN 0 AND neutral_exposures),
     reviewed_explicit_corrections bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_reviewed_explicit_corrections_check
     CHECK (reviewed_explicit_corrections BETWEEN 0 AND explicit_corrections),
-    reviewed_at timestamptz,
     -- Overdue cycles already decayed against the next_review_at in decay_anchor.
     decay_anchor timestamptz,
-    decay_cycles integer NOT NULL DEFAULT 0 CHECK (decay_cycles >= 0),
+    decay_cycles integer NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_decay_cycles_check CHECK (decay_cycles >= 0),
+    -- Not read by the report.
+    neutral_exposures bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_neutral_exposures_check CHECK (neutral_exposures >= 0),
+    reviewed_neutral_exposures bigint NOT NULL DEFAULT 0
+    CONSTRAINT node_maintenance_reviewed_neutral_exposures_check
+    CHECK (reviewed_neutral_exposures BETWEEN 0 AND neutral_exposures),
+    reviewed_at timestamptz,
     updated_at timestamptz NOT NULL,
-    -- For the report (migration 0008), set with their inputs. What the outcomes
-    -- since the last review call for: prme._maintenance_moves(stability,
-    -- lifecycle_state, totals minus reviewed totals).
-    pending_moves smallint NOT NULL,
-    -- prme._report_due_at(lifecycle_state, next_review_at).
-    review_due_at timestamptz,
-    -- confidence_base * 10000, exact (numeric(5, 4)): the report decays in integers.
-    confidence_ten_thousandths integer NOT NULL,
-    PRIMARY KEY (user_id, node_id),
+    CONSTRAINT node_maintenance_pkey PRIMARY KEY (user_id, node_id),
+    CONSTRAINT node_maintenance_user_id_node_id_fkey
     FOREIGN KEY (user_id, node_id) REFERENCES prme.nodes (user_id, id)
 );
 

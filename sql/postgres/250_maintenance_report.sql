@@ -109,7 +109,7 @@ BEGIN
             CASE WHEN k.decay_anchor = k.next_review_at THEN k.decay_cycles ELSE 0 END AS cycles_done,
             -- The decay per cycle (ten-thousandths); 0 for memories that do not decay
             -- (permanent, or confidence already 0).
-            CASE WHEN k.decay_profile <> 'permanent' AND k.confidence_base > 0 THEN CASE k.stability
+            CASE WHEN k.confidence_ten_thousandths > 0 AND k.decay_profile <> 'permanent' THEN CASE k.stability
                 WHEN 'low' THEN v_low_decay WHEN 'semi-stable' THEN v_semi_decay ELSE v_stable_decay END
             ELSE 0 END AS decay_per_cycle
         FROM prme.node_maintenance AS k
