@@ -41,6 +41,11 @@ WITH r AS MATERIALIZED (
 ), m AS (
     UPDATE prme.node_maintenance AS k SET
         explicit_reinforcements = k.explicit_reinforcements + 1,
+        pending_moves = prme._maintenance_moves(
+            k.stability, k.lifecycle_state, k.explicit_reinforcements + 1 - k.reviewed_explicit_reinforcements,
+            k.implicit_successes - k.reviewed_implicit_successes,
+            k.explicit_corrections - k.reviewed_explicit_corrections
+        ),
         last_outcome_at = greatest(k.last_outcome_at, now()),
         updated_at = now()
     FROM n
