@@ -242,14 +242,20 @@ BEGIN
     SELECT
         n.user_id, n.id, n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile, n.confidence_base,
         coalesce(t.er, 0), coalesce(t.isx, 0), coalesce(t.ne, 0), coalesce(t.ec, 0), t.last_at, now(),
-        prme._maintenance_moves(n.stability, n.lifecycle_state, coalesce(t.er, 0), coalesce(t.isx, 0), coalesce(t.ec, 0)),
+        -- What is pending: the rebuilt totals minus what the last review settled
+        -- (kept: an existing row's reviewed totals, none for a new row).
+        prme._maintenance_moves(
+            n.stability, n.lifecycle_state,
+            coalesce(t.er, 0) - coalesce(r.reviewed_explicit_reinforcements, 0),
+            coalesce(t.isx, 0) - coalesce(r.reviewed_implicit_successes, 0),
+            coalesce(t.ec, 0) - coalesce(r.reviewed_explicit_corrections, 0)
+        ),
         prme._report_due_at(n.lifecycle_state, n.next_review_at),
         (n.confidence_base * 10000)::integer
     FROM prme.nodes AS n
     LEFT JOIN totals AS t ON t.node_id = n.id
+    LEFT JOIN prme.node_maintenance AS r ON r.user_id = n.user_id AND r.node_id = n.id
     WHERE n.user_id = v_user_id
-    -- An existing row keeps what its last review settled: what is pending is
-    -- counted from the rebuilt totals minus those.
     ON CONFLICT (user_id, node_id) DO UPDATE SET
         stability = excluded.stability,
         lifecycle_state = excluded.lifecycle_state,
@@ -262,12 +268,7 @@ BEGIN
         explicit_corrections = excluded.explicit_corrections,
         last_outcome_at = excluded.last_outcome_at,
         updated_at = excluded.updated_at,
-        pending_moves = prme._maintenance_moves(
-            excluded.stability, excluded.lifecycle_state,
-            excluded.explicit_reinforcements - k.reviewed_explicit_reinforcements,
-            excluded.implicit_successes - k.reviewed_implicit_successes,
-            excluded.explicit_corrections - k.reviewed_explicit_corrections
-        ),
+        pending_moves = excluded.pending_moves,
         review_due_at = excluded.review_due_at,
         confidence_ten_thousandths = excluded.confidence_ten_thousandths
     WHERE (k.stability, k.lifecycle_state, k.next_review_at, k.decay_profile, k.confidence_base,
@@ -277,13 +278,7 @@ BEGIN
           (excluded.stability, excluded.lifecycle_state, excluded.next_review_at, excluded.decay_profile,
            excluded.confidence_base, excluded.explicit_reinforcements, excluded.implicit_successes,
            excluded.neutral_exposures, excluded.explicit_corrections, excluded.last_outcome_at,
-           prme._maintenance_moves(
-               excluded.stability, excluded.lifecycle_state,
-               excluded.explicit_reinforcements - k.reviewed_explicit_reinforcements,
-               excluded.implicit_successes - k.reviewed_implicit_successes,
-               excluded.explicit_corrections - k.reviewed_explicit_corrections
-           ),
-           excluded.review_due_at, excluded.confidence_ten_thousandths);
+           excluded.pending_moves, excluded.review_due_at, excluded.confidence_ten_thousandths);
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     RETURN v_rows;
 END;
