@@ -13,7 +13,7 @@
 -- The catalog checks query pg_catalog, so objects added later are covered too.
 -- =============================================================================
 BEGIN;
-SELECT plan(78);
+SELECT plan(79);
 
 -- The API is every function in prme whose name does not start with _ (DESIGN.md
 -- section 5), so functions added by later migrations are held to the same rules.
@@ -134,8 +134,23 @@ SELECT results_eq(
       WHERE c.relnamespace = 'prme'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
         AND has_table_privilege('prme_reader', c.oid, priv)
       ORDER BY 1, 2$$,
-    $$VALUES ('prme.events', 'SELECT'), ('prme.journal', 'SELECT'), ('prme.nodes', 'SELECT')$$,
-    'prme_reader: SELECT on nodes, events and journal, nothing else');
+    $$VALUES ('prme.correction_inbox', 'SELECT'), ('prme.events', 'SELECT'), ('prme.journal', 'SELECT'),
+             ('prme.maintenance_patches', 'SELECT'), ('prme.maintenance_settings', 'SELECT'),
+             ('prme.node_maintenance', 'SELECT'), ('prme.nodes', 'SELECT'), ('prme.operation_events', 'SELECT'),
+             ('prme.operation_parts', 'SELECT'), ('prme.operations', 'SELECT'), ('prme.outcomes', 'SELECT'),
+             ('prme.patch_ops', 'SELECT'), ('prme.snapshot_generations', 'SELECT'),
+             ('prme.snapshot_heads', 'SELECT'), ('prme.snapshot_history', 'SELECT')$$,
+    'prme_reader: SELECT on the owners'' tables but request_keys and api_tokens, nothing else');
+SELECT is_empty(
+    $$SELECT c.oid::regclass FROM pg_class AS c
+      WHERE c.relnamespace = 'prme'::regnamespace AND c.relkind IN ('r', 'p')
+        AND has_table_privilege('prme_reader', c.oid, 'SELECT')
+        AND NOT EXISTS (
+            SELECT FROM pg_policy AS p
+            WHERE p.polrelid = c.oid AND p.polcmd = 'r' AND p.polroles = ARRAY['prme_reader'::regrole::oid]
+              AND pg_get_expr(p.polqual, p.polrelid) = '(user_id = current_setting(''prme.user_id''::text, true))'
+        )$$,
+    'every table prme_reader may read has its owner policy: user_id = prme.user_id');
 SELECT is_empty(
     $$SELECT c.oid::regclass FROM pg_class AS c
       WHERE c.relnamespace = 'prme'::regnamespace AND c.relkind IN ('r', 'p')

@@ -325,24 +325,55 @@ def test_prme_reader_cannot_mint_a_token_for_another_owner(
             conn.execute("SELECT prme.create_api_token('alice', %s, 'reader was here')", [forged])
 
 
+# What prme_reader may read (135 and 500_reader_access): every owner's table but the
+# idempotency keys and the API tokens.
+READER_TABLES = {
+    "nodes", "events", "journal", "outcomes", "node_maintenance", "correction_inbox", "maintenance_settings",
+    "maintenance_patches", "patch_ops", "snapshot_generations", "snapshot_heads", "snapshot_history",
+    "operations", "operation_events", "operation_parts",
+}  # fmt: skip
+
+
 def test_prme_reader_sees_one_owner_and_writes_nothing(
     owners_db: tuple[psycopg.Connection[Any], dict[str, Any]],
 ) -> None:
+    """For every table prme_reader may read: with prme.user_id unset it sees nothing; as
+    alice or bob it sees exactly that owner's rows (counted against the superuser's view);
+    it can change none of them."""
     conn, _ = owners_db
-    for table in ("nodes", "events", "journal"):
+    readable = {
+        row[0]
+        for row in conn.execute(
+            "SELECT c.relname FROM pg_class AS c WHERE c.relnamespace = 'prme'::regnamespace"
+            " AND c.relkind IN ('r', 'p') AND has_table_privilege('prme_reader', c.oid, 'SELECT')"
+        )
+    }
+    assert readable == READER_TABLES
+    seen_by_alice = set()
+    for table in sorted(readable):
         target = sql.SQL("prme.{}").format(sql.Identifier(table))
+        per_owner = sql.SQL("SELECT user_id, count(*) FROM {} GROUP BY user_id").format(target)
+        truth = dict(conn.execute(per_owner).fetchall())
         with conn.transaction(force_rollback=True):
             conn.execute("SET LOCAL ROLE prme_reader")
-            assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target)).fetchone()[0] == 0
-            conn.execute("SET LOCAL prme.user_id = 'bob'")
-            owners = {row[0] for row in conn.execute(sql.SQL("SELECT user_id FROM {}").format(target))}
-            assert owners == {"bob"}, f"{table}: prme_reader as bob sees {owners}"
+            assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target)).fetchone()[0] == 0, table
+            for owner in ("alice", "bob"):
+                conn.execute("SELECT set_config('prme.user_id', %s, true)", [owner])
+                expected = {owner: truth[owner]} if owner in truth else {}
+                assert dict(conn.execute(per_owner).fetchall()) == expected, f"{table}: prme_reader as {owner}"
+                seen_by_alice |= {table} if owner == "alice" and expected else set()
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL ROLE prme_reader")
+            conn.execute("SET LOCAL prme.user_id = 'alice'")
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql.SQL("DELETE FROM {}").format(target))
-    with conn.transaction(force_rollback=True):
-        conn.execute("SET LOCAL ROLE prme_reader")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("SELECT * FROM prme.request_keys")
+    # Not vacuous: alice owns rows in (nearly) every table the reader may read.
+    assert READER_TABLES - seen_by_alice <= {"operation_events", "operation_parts", "patch_ops"}, seen_by_alice
+    for secret in ("request_keys", "api_tokens"):
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL ROLE prme_reader")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier("prme", secret)))
 
 
 def test_normalise_keeps_what_matters() -> None:
