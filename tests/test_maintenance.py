@@ -9,6 +9,8 @@ are proven by tests/pgtap/test_outcomes.sql and test_maintenance.sql.
 from __future__ import annotations
 
 import re
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -605,6 +607,63 @@ def test_every_writer_keeps_the_report_columns(conn: psycopg.Connection[Any]) ->
     check()
     assert seen == set(range(7)), seen
     _assert_sound(conn)
+
+
+def test_decay_of_a_memory_overdue_for_centuries_floors_at_zero(conn: psycopg.Connection[Any]) -> None:
+    """Millions of hourly cycles overdue: the decay (integer ten-thousandths) does not
+    overflow; the suggestion is 0, as greatest(confidence - cycles * decay, 0) says."""
+    conn.execute("SELECT prme.set_maintenance_setting('alice', 'low', interval '1 hour', 0.15)")
+    due = _one(conn, "SELECT now() - interval '200 years'")
+    node_id = _add_node(conn, stability="low", confidence_base=Decimal("0.9"), next_review_at=due)
+    row = _rows(conn, "SELECT * FROM prme.maintenance_report('alice')")[0]
+    assert (row["node_id"], row["recommendations"][:2]) == (node_id, ["decay_confidence", "review_due"])
+    assert row["overdue_cycles"] > 1_700_000 and row["suggested_confidence"] == 0
+    _, ops = _patch(conn)
+    assert [(op["op"], op["updates"]["confidence_base"]["to"]) for op in ops] == [("decay_confidence", 0)]
+
+
+def test_upgrading_to_0008_waits_for_a_writer_between_its_memory_and_its_bookkeeping(
+    pg_server: testing.Server,
+) -> None:
+    """0008 rebuilds prme.node_maintenance, whose foreign key needs a lock on prme.nodes:
+    it takes that lock first, so a writer that changed a memory and has yet to write the
+    bookkeeping row finishes, and the upgrade follows (no deadlock, nothing lost)."""
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    try:
+        dsn = pg_server.dsn_for(name)
+        every = migrations.load_migrations()
+        with psycopg.connect(dsn, autocommit=True) as admin, psycopg.connect(dsn) as writer:
+            migrations.migrate(admin, [m for m in every if m.version < 8])
+            node_id = _add_node(admin)
+            # The writer changes the memory (a column the mirror does not copy) ...
+            writer.execute("UPDATE prme.nodes SET updated_at = now() WHERE id = %s", (node_id,))
+            errors: list[BaseException] = []
+
+            def upgrade() -> None:
+                try:
+                    with psycopg.connect(dsn, autocommit=True) as runner:
+                        migrations.migrate(runner, every)
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            thread = threading.Thread(target=upgrade)
+            thread.start()
+            deadline = time.monotonic() + 30
+            waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'prme.nodes'::regclass"
+            while _one(admin, waiting) == 0:
+                assert time.monotonic() < deadline and thread.is_alive(), errors
+                time.sleep(0.05)
+            # ... and, while 0008 waits for it, writes the bookkeeping row: no deadlock.
+            writer.execute("SELECT prme.record_outcome('alice', %s, 'explicit_correction')", (node_id,))
+            writer.commit()
+            thread.join(60)
+            assert not thread.is_alive() and errors == []
+            row = _one(admin, "SELECT to_jsonb(k) FROM prme.node_maintenance AS k WHERE node_id = %s", node_id)
+            assert row["explicit_corrections"] == 1
+            _assert_report_columns([row])
+            assert _one(admin, "SELECT max(version) FROM prme.schema_migrations") == every[-1].version
+    finally:
+        testing.drop_database(pg_server, name)
 
 
 def test_upgrading_from_0006_keeps_the_report(pg_server: testing.Server) -> None:

@@ -183,9 +183,11 @@ BEGIN
         c.confidence_base::numeric,
         CASE WHEN c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0
             -- greatest(confidence_base - cycles * decay, 0) in ten-thousandths: the same
-            -- value and scale (4), or 0 once nothing is left.
-            THEN CASE WHEN c.confidence_ten_thousandths >= (c.cycles_due - c.cycles_done) * c.decay_per_cycle
-                THEN (c.confidence_ten_thousandths - (c.cycles_due - c.cycles_done) * c.decay_per_cycle) * 0.0001
+            -- value and scale (4), or 0 once nothing is left. In bigint: a memory due
+            -- centuries before as_of has millions of hourly cycles.
+            THEN CASE WHEN c.confidence_ten_thousandths >= (c.cycles_due - c.cycles_done)::bigint * c.decay_per_cycle
+                THEN (c.confidence_ten_thousandths - (c.cycles_due - c.cycles_done)::bigint * c.decay_per_cycle)
+                    * 0.0001
                 ELSE 0
             END
         END,
