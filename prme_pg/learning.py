@@ -493,7 +493,9 @@ class LearningWorker:
         """Reclaim abandoned records, then extract every pending one (oldest first) until ``stop()``.
 
         A ``psycopg.Error`` (the database went away or failed) puts the record back
-        without counting the attempt and is raised. ``exclusive``: the caller holds the
+        without counting the attempt and is raised, except ``DataError`` and
+        ``IntegrityError``: the database refused the record's own data, an attempt
+        charged like a plugin's failure. ``exclusive``: the caller holds the
         pack's sync lock, so every claim but this process's is abandoned.
         """
         stats = stats or CycleStats()
@@ -526,6 +528,17 @@ class LearningWorker:
         self.queue.finish(name, document, "rejected", reason=reason)
         stats.rejected += 1
 
+    def _retry_or_reject(self, name: str, document: dict[str, Any], exc: Exception, stats: CycleStats) -> bool:
+        """Charge a failed attempt: back to pending to retry next cycle, or rejected at max_attempts."""
+        error = f"{type(exc).__name__}: {exc}"
+        if int(document["attempts"]) >= self.max_attempts:
+            self._reject(name, document, f"attempts_exhausted: {error}", stats)
+            return True
+        log.warning("learning record %s: extraction failed, will retry: %s", name, error)
+        self.queue.finish(name, document, "pending", last_error=error)
+        stats.retried += 1
+        return False
+
     def _extract_one(self, name: str, document: dict[str, Any], stats: CycleStats) -> bool:
         try:
             record = record_from_document(document)
@@ -533,19 +546,16 @@ class LearningWorker:
         except (ExtractionError, InvalidInput) as exc:
             self._reject(name, document, str(exc), stats)
             return True
+        except (psycopg.DataError, psycopg.IntegrityError) as exc:
+            # The database refused this record's data (SQLSTATE classes 22, 23): the
+            # record's trouble, charged like any failure, or it would hold up the queue.
+            return self._retry_or_reject(name, document, exc, stats)
         except psycopg.Error as exc:
             attempts = int(document["attempts"]) - 1  # the database's trouble, not the record's
             self.queue.finish(name, document, "pending", attempts=attempts, last_error=f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # a bug in a plugin, say: retry, then give up
-            error = f"{type(exc).__name__}: {exc}"
-            if int(document["attempts"]) >= self.max_attempts:
-                self._reject(name, document, f"attempts_exhausted: {error}", stats)
-                return True
-            log.warning("learning record %s: extraction failed, will retry: %s", name, error)
-            self.queue.finish(name, document, "pending", last_error=error)
-            stats.retried += 1
-            return False
+            return self._retry_or_reject(name, document, exc, stats)
         operation_ids = []
         for op in planned:
             operation_id = op.operation_id(record.record_id)

@@ -590,3 +590,26 @@ def test_a_database_error_puts_the_record_back_without_counting_the_attempt(tmp_
     assert state == "pending" and document["attempts"] == 0
     assert document["last_error"] == "InsufficientPrivilege: permission denied for function is_correction"
     assert outbox.counts()["pending"][0] == 0
+
+
+def test_a_database_refusing_the_records_data_is_charged_then_rejected(tmp_path: Path) -> None:
+    """DataError and IntegrityError are about the record's own data: retried, then rejected,
+    so one such record cannot hold up the learning queue for good; the next one goes on."""
+    error = psycopg.errors.InvalidTextRepresentation("invalid input syntax for type uuid")
+    flaky = _Flaky(error)
+    queue, outbox, worker = _worker(tmp_path, flaky, max_attempts=2)
+    record = queue.enqueue("s", HELLO, user_id=ALICE)
+    stats = worker.extract_pending()
+    assert (stats.retried, stats.rejected) == (1, 0)
+    state, document = queue.get(record.record_id)
+    assert state == "pending" and document["attempts"] == 1
+    assert document["last_error"] == "InvalidTextRepresentation: invalid input syntax for type uuid"
+    worker.extract_pending()
+    state, document = queue.get(record.record_id)
+    assert state == "rejected"
+    assert document["reason"] == "attempts_exhausted: InvalidTextRepresentation: invalid input syntax for type uuid"
+    flaky.error = None  # the records behind it are extracted
+    later = queue.enqueue("s", HELLO, user_id=ALICE)
+    worker.extract_pending()
+    assert queue.get(later.record_id)[0] == "completed"
+    assert outbox.counts()["pending"][0] == 0
