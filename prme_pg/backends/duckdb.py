@@ -461,7 +461,8 @@ class DuckDBBackend:
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise PackInUseError(self.path, str(exc)) from exc
-            raise
+            # Not a DuckDB file, unreadable, a newer DuckDB's format: the pack is unavailable.
+            raise PrmeError(f"cannot open the memory pack file {self.file}: {exc}") from exc
         try:
             self._install()
         except BaseException:
