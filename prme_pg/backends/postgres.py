@@ -961,16 +961,10 @@ class PostgresBackend:
 
     def execute(self, request: Request[T]) -> T:
         call = statement(request)
-        try:
-            with self.pool.connection() as conn:
-                cur = conn.cursor(row_factory=call.row_factory)
-                cur.execute(call.query, call.params)
-                return call.result(cur.fetchall())
-        except (psycopg.Error, UnicodeEncodeError) as exc:
-            error = translate_error(exc)
-            if error is exc:
-                raise
-            raise error from exc
+        with translate_errors(), self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=call.row_factory)
+            cur.execute(call.query, call.params)
+            return call.result(cur.fetchall())
 
     def close(self) -> None:
         self.pool.close()
@@ -1009,16 +1003,11 @@ class AsyncPostgresBackend:
 
     async def execute(self, request: Request[T]) -> T:
         call = statement(request)
-        try:
+        with translate_errors():
             async with self.pool.connection() as conn:
                 cur = conn.cursor(row_factory=call.row_factory)
                 await cur.execute(call.query, call.params)
                 return call.result(await cur.fetchall())
-        except (psycopg.Error, UnicodeEncodeError) as exc:
-            error = translate_error(exc)
-            if error is exc:
-                raise
-            raise error from exc
 
     async def close(self) -> None:
         await self.pool.close()
