@@ -28,21 +28,21 @@ from .backends import (
     AsyncBackend,
     AuthenticateApiToken,
     CreateApiToken,
-    CurrentSnapshot,
+    CreateMaintenancePatch,
+    GetCurrentSnapshot,
+    GetJournalRecords,
+    GetLedgerStatus,
+    GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetOutcomeSummary,
     GetPatch,
+    GetReadiness,
     GetReceipt,
     GetSnapshot,
     IsCorrection,
-    JournalRecords,
-    LedgerStatusRequest,
     ListCorrectionInbox,
-    MaintenancePatchRequest,
-    MaintenanceReport,
-    OutcomeSummaryRequest,
     PublishSnapshot,
-    Readiness,
     ReplayNode,
     ResetMaintenanceSettings,
     RevokeApiToken,
@@ -278,7 +278,7 @@ class AsyncMemoryClient:
         return await self._backend.execute(ReplayNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     async def journal_records(self, *, user_id: str) -> tuple[list[JournalRecord], list[NodeHead]]:
-        return await self._backend.execute(JournalRecords(user_id=user_id))
+        return await self._backend.execute(GetJournalRecords(user_id=user_id))
 
     async def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
         """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
@@ -300,7 +300,7 @@ class AsyncMemoryClient:
     async def readiness(self) -> tuple[bool, list[str]]:
         """Whether the database accepts writes, and its applied migrations as ``version:sha256``
         (PostgreSQL only)."""
-        return await self._backend.execute(Readiness())
+        return await self._backend.execute(GetReadiness())
 
     # -- recall and snapshots (PostgreSQL only) --
 
@@ -338,7 +338,7 @@ class AsyncMemoryClient:
 
     async def current_snapshot(self, scope: str, *, user_id: str) -> Snapshot:
         """The current generation of ``scope``, verified (PostgreSQL only)."""
-        return await self._backend.execute(CurrentSnapshot(user_id=user_id, scope=scope))
+        return await self._backend.execute(GetCurrentSnapshot(user_id=user_id, scope=scope))
 
     async def get_snapshot(self, scope: str, generation_id: str, *, user_id: str) -> Snapshot:
         """One generation of ``scope`` by id, verified (PostgreSQL only)."""
@@ -369,19 +369,17 @@ class AsyncMemoryClient:
 
     async def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
         """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
-        return await self._backend.execute(
-            OutcomeSummaryRequest(user_id=user_id, node_id=parse_uuid("node_id", node_id))
-        )
+        return await self._backend.execute(GetOutcomeSummary(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     async def maintenance_report(
         self, *, user_id: str, as_of: datetime | None = None
     ) -> list[MaintenanceRecommendation]:
         """What maintenance recommends for the memories of ``user_id`` (PostgreSQL only)."""
-        return await self._backend.execute(MaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
+        return await self._backend.execute(GetMaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     async def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
         """Store the actionable recommendations as a patch for review (PostgreSQL only)."""
-        return await self._backend.execute(MaintenancePatchRequest(user_id=user_id, as_of=parse_time("as_of", as_of)))
+        return await self._backend.execute(CreateMaintenancePatch(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     async def get_patch(self, patch_id: UUID | str, *, user_id: str) -> MaintenancePatch:
         """A stored patch with each op's status (PostgreSQL only)."""
@@ -484,7 +482,7 @@ class AsyncMemoryClient:
 
     async def ledger_status(self) -> LedgerStatus:
         """Whether the ledger accepts submits, and the executor's backlog (PostgreSQL only)."""
-        return await self._backend.execute(LedgerStatusRequest())
+        return await self._backend.execute(GetLedgerStatus())
 
     # -- the outbox (memory packs only; docs/OUTBOX.md) --
 
