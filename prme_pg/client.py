@@ -417,7 +417,7 @@ class MemoryClient:
 
     @classmethod
     def from_pool(cls, pool: ConnectionPool[psycopg.Connection[Any]]) -> Self:
-        """A client over a pool you configure and own (it is not closed with the client)."""
+        """A client over an open pool you configure and own (it is not closed with the client)."""
         client = cls.__new__(cls)
         client.target = str(pool.conninfo)
         client._backend = _BorrowedPool(pool)
@@ -426,7 +426,7 @@ class MemoryClient:
 
     @property
     def backend(self) -> SyncBackend:
-        """The backend executing requests (:class:`PostgresBackend` or :class:`DuckDBBackend`)."""
+        """The backend executing requests: PostgreSQL's or the memory pack's (:mod:`prme_pg.backends`)."""
         if isinstance(self._backend, _LazyPack):
             return self._backend.opened()
         return self._backend
@@ -439,6 +439,7 @@ class MemoryClient:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._closed
 
     def __enter__(self) -> Self:
