@@ -1,7 +1,10 @@
 """The HTTP API: FastAPI over :class:`~prme_pg.AsyncMemoryClient`.
 
-Every route but ``/health`` needs ``Authorization: Bearer <token>``; a token acts
-for exactly one owner (see :mod:`prme_pg.tokens`), so no route takes a user_id.
+Every route but those in :data:`PUBLIC_PATHS` (``/health`` and the API's own
+description: ``/openapi.json``, ``/docs``, ``/redoc``) needs ``Authorization: Bearer
+<token>``; a token acts for exactly one owner (see :mod:`prme_pg.tokens`), so no route
+takes a user_id. A request body must be JSON (415 otherwise); a created resource's 201
+(or an accepted operation's 202) carries its ``Location``.
 Errors are RFC 9457 problem+json whose ``type`` names the SQLSTATE. A retried
 confirmation with the same ``Idempotency-Key`` counts once and is answered with
 ``Idempotent-Replayed: true``. Install with the ``http`` extra; serve with
@@ -19,14 +22,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 from .. import __version__
 from ..aio import AsyncMemoryClient
 from . import ledger, maintenance, nodes, ops, recall
+from .dependencies import json_body
 from .problems import EXCEPTION_HANDLERS
 
-__all__ = ["ROUTERS", "create_app"]
+__all__ = ["PUBLIC_PATHS", "ROUTERS", "create_app"]
+
+#: What answers without a token: liveness, and the API's description (it holds no data).
+PUBLIC_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
 
 # In this order in the OpenAPI document.
 ROUTERS: tuple[APIRouter, ...] = (ops.router, nodes.router, recall.router, maintenance.router, ledger.router)
@@ -46,6 +53,7 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
         description="A memory engine for AI agents: confirm, correct and audit memories.",
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,
+        dependencies=[Depends(json_body)],
     )
     app.state.client = client  # what the Client dependency hands to each route
     for router in ROUTERS:
