@@ -725,7 +725,7 @@ class DuckDBBackend:
                 raise NotFoundError("node not found")
             row = rows[0]
             node = row["node"]
-            # DESIGN.md section 3, in prme.reinforce's order: a key bound to this same
+            # docs/DESIGN.md section 3, in prme.reinforce's order: a key bound to this same
             # call is a replay (even of an archived node: it restores nothing).
             if request.request_id is not None and row["key_found"]:
                 if row["key_matches"]:
