@@ -166,5 +166,5 @@ def test_scheduled_jobs_alone_run_the_ledger_and_maintenance(
 def test_seconds_schedules_need_pg_cron_1_5() -> None:
     schedule.check_schedule("5 seconds", (1, 5))
     schedule.check_schedule("* * * * *", (1, 4))
-    with pytest.raises(schedule.ScheduleError, match="needs pg_cron 1.5"):
+    with pytest.raises(schedule.ScheduleError, match=r"needs pg_cron 1\.5"):
         schedule.check_schedule("30 seconds", (1, 4))
