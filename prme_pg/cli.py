@@ -8,6 +8,7 @@ Exit codes: 0 ok, 1 failure, 2 usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -327,7 +328,7 @@ def cmd_sync(args: argparse.Namespace, console: Console) -> int:
 
     syncer.on_progress = on_progress
     try:
-        with progress:
+        with progress, _queue_metrics(args):
             report = syncer.run(once=args.once)
     finally:
         syncer.close()
@@ -559,6 +560,24 @@ def cmd_schedule(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _queue_metrics(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """sync --metrics-textfile: the pack's queue depths for node_exporter's textfile collector."""
+    if args.metrics_textfile is None:
+        return contextlib.nullcontext()
+    if args.metrics_interval <= 0:
+        raise UsageError("--metrics-interval must be positive")
+    try:
+        from .metrics import TextfileWriter, queue_registry
+    except ImportError as exc:
+        raise UsageError(f"metrics need prometheus-client: pip install 'prme-pg[http]' ({exc})") from exc
+    writer = TextfileWriter(args.metrics_textfile, queue_registry(args.pack), interval=args.metrics_interval)
+    try:
+        writer.write()  # an unwritable path is a usage error before any work starts
+    except OSError as exc:
+        raise UsageError(f"--metrics-textfile: cannot write {args.metrics_textfile}: {exc.strerror}") from None
+    return writer.running()
+
+
 def _dsn_database(dsn: str) -> str | None:
     from psycopg.conninfo import conninfo_to_dict
 
@@ -747,6 +766,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="seconds after which a learning record left in processing is reclaimed (default 600)",
     )
+    sync.add_argument(
+        "--metrics-textfile",
+        default=None,
+        metavar="PATH",
+        help="write the queue depths there for node_exporter's textfile collector (a .prom file)",
+    )
+    sync.add_argument("--metrics-interval", type=float, default=15.0, help="seconds between writes (default 15)")
 
     queue = add("queue", "Show the learning queue and the outbox of a memory pack.", lambda a, c: _usage(queue))
     queue_sub = queue.add_subparsers(dest="queue_command", metavar="ACTION")
