@@ -252,6 +252,13 @@ def test_stdio_on_a_pack(tmp_path: Path) -> None:
                     assert not result.is_error or "PR404" in _error(result), name
                 else:
                     assert _error(result) == f"Error executing tool {name}: {missing[name]}"
+            # A second server on the same pack (DuckDB has one writer process) exits at once, in one message.
+            second = subprocess.run(
+                [*SERVER, "--pack", str(pack), "--user", "alice"], input="", capture_output=True, text=True, timeout=60
+            )
+            assert second.returncode == 1
+            assert f"the memory pack at {pack} is in use by process" in " ".join(second.stderr.split())
+            assert "Traceback" not in second.stderr
             return memory
 
     memory = anyio.run(scenario)
