@@ -136,8 +136,36 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     except ImportError as exc:
         raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
     console.print(f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
-    app = create_app(AsyncMemoryClient(dsn, max_size=args.pool_size))
+    client = AsyncMemoryClient(dsn, max_size=args.pool_size)
+    if args.metrics_port is not None:
+        return _serve_with_metrics(args, client, console)
+    app = create_app(client)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return EXIT_OK
+
+
+def _serve_with_metrics(args: argparse.Namespace, client: Any, console: Console) -> int:
+    """serve --metrics-port: /metrics (Prometheus, no token) on a bind of its own (docs/HTTP.md)."""
+    import asyncio
+
+    from .http import create_app
+    from .http.metrics import serve
+    from .metrics import ServiceMetrics
+
+    metrics = ServiceMetrics(client)
+    console.print(f"serving Prometheus metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
+    api = create_app(client, metrics=metrics)
+    asyncio.run(
+        serve(
+            api,
+            metrics,
+            host=args.host,
+            port=args.port,
+            metrics_host=args.metrics_host,
+            metrics_port=args.metrics_port,
+            log_level=args.log_level,
+        )
+    )
     return EXIT_OK
 
 
@@ -668,6 +696,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--pool-size", type=int, default=10, help="database connections (default 10)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port (default: off)"
+    )
+    serve.add_argument("--metrics-host", default="127.0.0.1", help="bind address of --metrics-port (default 127.0.0.1)")
 
     token = add("token", "Create or revoke HTTP bearer tokens.", lambda a, c: _usage(token))
     token_sub = token.add_subparsers(dest="token_command", metavar="ACTION")

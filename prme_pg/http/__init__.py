@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 
@@ -26,14 +27,21 @@ from ..aio import AsyncMemoryClient
 from . import ledger, maintenance, nodes, ops, recall
 from .problems import EXCEPTION_HANDLERS
 
+if TYPE_CHECKING:
+    from ..metrics import ServiceMetrics
+
 __all__ = ["ROUTERS", "create_app"]
 
 # In this order in the OpenAPI document.
 ROUTERS: tuple[APIRouter, ...] = (ops.router, nodes.router, recall.router, maintenance.router, ledger.router)
 
 
-def create_app(client: AsyncMemoryClient) -> FastAPI:
-    """The ASGI app over an (unopened) client; the app opens and closes it."""
+def create_app(client: AsyncMemoryClient, *, metrics: ServiceMetrics | None = None) -> FastAPI:
+    """The ASGI app over an (unopened) client; the app opens and closes it.
+
+    With ``metrics``, every request is counted and timed into it (:mod:`.metrics`; the
+    ``/metrics`` route is served by :func:`.metrics.metrics_app`, on a bind of its own).
+    """
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -50,4 +58,8 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
     app.state.client = client  # what the Client dependency hands to each route
     for router in ROUTERS:
         app.include_router(router)
+    if metrics is not None:
+        from .metrics import MetricsMiddleware  # prometheus-client only when metrics are on
+
+        app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
