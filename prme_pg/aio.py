@@ -40,6 +40,9 @@ from .backends import (
     ListCorrectionInbox,
     MaintenancePatchRequest,
     MaintenanceReport,
+    NodeEvidence,
+    NodeJournal,
+    NodeOutcomes,
     OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
@@ -59,6 +62,7 @@ from .client import (
     assemble_prompt_request,
     check_pack_options,
     check_page_size,
+    find_nodes_request,
     link_correction_request,
     list_nodes_request,
     mark_reviewed_request,
@@ -280,6 +284,18 @@ class AsyncMemoryClient:
     async def journal_records(self, *, user_id: str) -> tuple[list[JournalRecord], list[NodeHead]]:
         return await self._backend.execute(JournalRecords(user_id=user_id))
 
+    async def node_journal(
+        self, node_id: UUID | str, *, user_id: str, max_count: int = 1000
+    ) -> tuple[list[JournalRecord], NodeHead]:
+        return await self._backend.execute(
+            NodeJournal(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+        )
+
+    async def node_evidence(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Event]:
+        return await self._backend.execute(
+            NodeEvidence(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+        )
+
     async def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
         """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
         return await self._backend.execute(AuthenticateApiToken(user_id=user_id, token_sha256=token_sha256))
@@ -315,6 +331,20 @@ class AsyncMemoryClient:
     ) -> list[RecallHit]:
         """Memories of ``user_id`` matching ``query``, best first (PostgreSQL only)."""
         return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+
+    async def find_nodes(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str,
+        scopes: str | Iterable[str] | None = None,
+        stabilities: str | Iterable[str] | None = None,
+        lifecycle_states: str | Iterable[str] | None = None,
+        max_count: int = 50,
+    ) -> list[Node]:
+        return await self._backend.execute(
+            find_nodes_request(query, user_id, scopes, stabilities, lifecycle_states, max_count)
+        )
 
     async def publish_snapshot(
         self,
@@ -371,6 +401,11 @@ class AsyncMemoryClient:
         """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
         return await self._backend.execute(
             OutcomeSummaryRequest(user_id=user_id, node_id=parse_uuid("node_id", node_id))
+        )
+
+    async def node_outcomes(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Outcome]:
+        return await self._backend.execute(
+            NodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     async def maintenance_report(

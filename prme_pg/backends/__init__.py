@@ -56,6 +56,7 @@ __all__ = [
     "AuthenticateApiToken",
     "CreateApiToken",
     "CurrentSnapshot",
+    "FindNodes",
     "GetMaintenanceSettings",
     "GetNode",
     "GetPatch",
@@ -70,6 +71,9 @@ __all__ = [
     "MaintenancePatchRequest",
     "MaintenanceReport",
     "MarkReviewed",
+    "NodeEvidence",
+    "NodeJournal",
+    "NodeOutcomes",
     "OperationEvents",
     "OutcomeSummaryRequest",
     "PublishSnapshot",
@@ -87,6 +91,7 @@ __all__ = [
     "SyncBackend",
     "VerifyJournal",
     "journal_rows",
+    "node_journal_rows",
 ]
 
 T = TypeVar("T")
@@ -170,6 +175,51 @@ class JournalRecords(Request[tuple[list[JournalRecord], list[NodeHead]]]):
     """The raw journal of one owner and each node's head, for the independent verifier."""
 
     user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeJournal(Request[tuple[list[JournalRecord], NodeHead]]):
+    """The oldest ``max_count`` journal records of one node and its head, for the verifier."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvidence(Request[list[Event]]):
+    """The events a node cites in evidence_refs, each once, oldest first."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOutcomes(Request[list[Outcome]]):
+    """The outcome events of one node, newest first (PostgreSQL only)."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindNodes(Request[list[Node]]):
+    """Memories in any lifecycle state by recall's word matching and filters (PostgreSQL only)."""
+
+    user_id: str
+    query: str | None
+    scopes: tuple[str, ...] | None
+    stabilities: tuple[str, ...] | None
+    lifecycle_states: tuple[str, ...] | None
+    max_count: int
+
+
+def node_journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[JournalRecord], NodeHead]:
+    """Rows of the one-node journal query: its records and its head (the query always returns a row)."""
+    records, heads = journal_rows(user_id, rows)
+    return records, heads[0]
 
 
 def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[JournalRecord], list[NodeHead]]:
