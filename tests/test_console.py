@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,13 +20,11 @@ from typing import Any
 
 import psycopg
 import pytest
-import uvicorn
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
-from prme_pg import AsyncMemoryClient, MemoryClient, testing
-from prme_pg.http import create_app
-from prme_pg.http_console import router as console_router
-from prme_pg.http_review import router as review_router
+from prme_pg import MemoryClient, testing
+
+from .live_server import serve
 
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parent.parent / "build" / "console-screenshots"
@@ -100,22 +96,8 @@ def site(pg_server: testing.Server, template_db: str) -> Iterator[Site]:
         with MemoryClient(dsn) as memory:
             alice = memory.create_api_token("alice", label="console test")
             bob = memory.create_api_token("bob")
-        app = create_app(AsyncMemoryClient(dsn, max_size=4))
-        app.include_router(review_router)
-        app.include_router(console_router)
-        port = testing.free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        try:
-            yield Site(f"http://127.0.0.1:{port}", dsn, alice, bob, ids)
-        finally:
-            server.should_exit = True
-            thread.join(30)
+        with serve(dsn, max_size=4) as base:
+            yield Site(base, dsn, alice, bob, ids)
     finally:
         testing.drop_database(pg_server, name)
 

@@ -6,15 +6,18 @@ node_evidence run on both engines; node_outcomes and find_nodes are PostgreSQL's
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from prme_pg import InvalidInput, MemoryClient, NotFoundError, PrmeError, migrations, testing
-from prme_pg.journal import verify_records
+from prme_pg.journal import checksum, verify_records
 
 from .conformance_backends import Engine, engine_fixture, memory_fixture  # noqa: F401
+from .live_server import serve
+from .test_http import Api, _problem
 
 ALICE = "alice"
 BOB = "bob"
@@ -174,3 +177,82 @@ def test_upgrading_from_0009_keeps_everything_and_reads_old_memories(pg_server: 
             assert [n.id for n in memory.find_nodes("tea", user_id=ALICE)] == [node.id]
     finally:
         testing.drop_database(pg_server, name)
+
+
+# -- over HTTP ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api(db_dsn: str) -> Iterator[Api]:
+    with MemoryClient(db_dsn) as memory:
+        alice = memory.create_api_token(ALICE)
+        bob = memory.create_api_token(BOB)
+    with serve(db_dsn, max_size=4) as base:
+        yield Api(base, db_dsn, alice, bob)
+
+
+def test_http_journal_is_verified_record_by_record(api: Api) -> None:
+    with MemoryClient(api.dsn) as memory:
+        node = memory.add_node("prefers tea", user_id=ALICE, confidence_base="0.6")
+        for _ in range(3):
+            memory.reinforce(node.id, user_id=ALICE)
+    with api.client(api.alice) as http:
+        journal = http.get(f"/v1/nodes/{node.id}/journal").json()
+        assert journal["verified"] and journal["complete"] and journal["problems"] == []
+        assert (journal["node_id"], journal["version"]) == (str(node.id), 4)
+        records = journal["records"]
+        assert [r["node_version"] for r in records] == [1, 2, 3, 4]
+        assert [r["confidence_base"] for r in records] == [0.6, 0.65, 0.7, 0.75]
+        assert [r["reinforcement_boost"] for r in records] == [0, 0.15, 0.3, 0.45]
+        assert records[1]["prev_checksum"] == records[0]["checksum"] == checksum(records[0]["record"])
+        assert records[-1]["checksum"] == journal["last_checksum"]
+        assert all(r["verified"] and r["recorded_at"].endswith("Z") for r in records)
+
+        page = http.get(f"/v1/nodes/{node.id}/journal", params={"limit": 2}).json()
+        assert not page["complete"] and page["verified"] and len(page["records"]) == 2
+
+        with psycopg.connect(api.dsn, autocommit=True) as conn:
+            conn.execute("SET session_replication_role = replica")
+            conn.execute("UPDATE prme.journal SET record = 'not json' WHERE node_id = %s AND node_version = 2", (node.id,))
+            conn.execute("DELETE FROM prme.journal WHERE node_id = %s AND node_version = 4", (node.id,))
+        broken = http.get(f"/v1/nodes/{node.id}/journal").json()
+        assert not broken["verified"] and broken["complete"]
+        by_version = {r["node_version"]: r for r in broken["records"]}
+        assert sorted(by_version) == [1, 2, 3]
+        assert {p["problem"] for p in by_version[2]["problems"]} == {"checksum_mismatch", "malformed_record"}
+        assert by_version[2]["confidence_base"] is None and by_version[2]["record"] == "not json"
+        assert by_version[1]["verified"] and not by_version[3]["verified"]  # v3's before has no after to match
+        heads = [p for p in broken["problems"] if p["problem"] == "head_mismatch"]
+        assert heads == [{"node_version": 4, "problem": "head_mismatch", "detail": heads[0]["detail"]}]
+
+
+def test_http_review_reads_are_the_owners_only_and_bounded(api: Api) -> None:
+    with MemoryClient(api.dsn) as memory:
+        said = memory.add_event("I drink tea", user_id=ALICE)
+        node = memory.add_node("Drinks tea", user_id=ALICE, stability="stable")
+        memory.reinforce(node.id, said.id, user_id=ALICE)
+        coffee = memory.add_node("Drinks coffee", user_id=ALICE)
+        memory.add_node("Drinks tea too", user_id=BOB)
+    with api.client(api.alice) as http:
+        found = http.get("/v1/nodes", params={"q": "tea"}).json()["nodes"]
+        assert [n["content"] for n in found] == ["Drinks tea"]
+        stable = http.get("/v1/nodes", params={"stability": "stable"}).json()["nodes"]
+        assert [n["id"] for n in stable] == [str(node.id)]
+        either = http.get("/v1/nodes", params=[("stability", "stable"), ("stability", "low"), ("limit", "1")])
+        assert [n["id"] for n in either.json()["nodes"]] == [str(coffee.id)]  # the newest change
+        assert len(http.get("/v1/nodes").json()["nodes"]) == 2
+        assert http.get("/v1/nodes", params={"lifecycle_state": "archived"}).json() == {"nodes": []}
+        assert [e["id"] for e in http.get(f"/v1/nodes/{node.id}/evidence").json()["events"]] == [str(said.id)]
+        outcomes = http.get(f"/v1/nodes/{node.id}/outcomes").json()["outcomes"]
+        assert [o["outcome"] for o in outcomes] == ["explicit_reinforcement"]
+        for params in ({"stability": "wobbly"}, {"lifecycle_state": "gone"}, {"limit": "0"}, {"limit": "1001"}):
+            _problem(http.get("/v1/nodes", params=params), 422, "PR422")
+        _problem(http.get(f"/v1/nodes/{node.id}/journal", params={"limit": "5001"}), 422, "PR422")
+        _problem(http.get("/v1/nodes/not-a-uuid/journal"), 422, "PR422")
+    with api.client(api.bob) as http:
+        for path in ("journal", "evidence", "outcomes"):
+            _problem(http.get(f"/v1/nodes/{node.id}/{path}"), 404, "PR404")
+        assert [n["content"] for n in http.get("/v1/nodes", params={"q": "tea"}).json()["nodes"]] == ["Drinks tea too"]
+    with api.client(None) as http:
+        for path in ("/v1/nodes", f"/v1/nodes/{node.id}/journal"):
+            assert http.get(path).status_code == 401
