@@ -213,8 +213,9 @@ def test_http_journal_is_verified_record_by_record(api: Api) -> None:
 
         with psycopg.connect(api.dsn, autocommit=True) as conn:
             conn.execute("SET session_replication_role = replica")
-            conn.execute("UPDATE prme.journal SET record = 'not json' WHERE node_id = %s AND node_version = 2", (node.id,))
-            conn.execute("DELETE FROM prme.journal WHERE node_id = %s AND node_version = 4", (node.id,))
+            where = " WHERE node_id = %s AND node_version = %s"
+            conn.execute("UPDATE prme.journal SET record = 'not json'" + where, (node.id, 2))
+            conn.execute("DELETE FROM prme.journal" + where, (node.id, 4))
         broken = http.get(f"/v1/nodes/{node.id}/journal").json()
         assert not broken["verified"] and broken["complete"]
         by_version = {r["node_version"]: r for r in broken["records"]}
