@@ -31,6 +31,7 @@ from .backends import (
     CurrentSnapshot,
     GetMaintenanceSettings,
     GetNode,
+    GetNodeJournal,
     GetPatch,
     GetReceipt,
     GetSnapshot,
@@ -38,11 +39,10 @@ from .backends import (
     JournalRecords,
     LedgerStatusRequest,
     ListCorrectionInbox,
+    ListNodeEvidence,
+    ListNodeOutcomes,
     MaintenancePatchRequest,
     MaintenanceReport,
-    NodeEvidence,
-    NodeJournal,
-    NodeOutcomes,
     OutcomeSummaryRequest,
     PublishSnapshot,
     Readiness,
@@ -288,12 +288,12 @@ class AsyncMemoryClient:
         self, node_id: UUID | str, *, user_id: str, max_count: int = 1000
     ) -> tuple[list[JournalRecord], NodeHead]:
         return await self._backend.execute(
-            NodeJournal(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+            GetNodeJournal(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     async def node_evidence(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Event]:
         return await self._backend.execute(
-            NodeEvidence(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+            ListNodeEvidence(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     async def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
@@ -405,7 +405,7 @@ class AsyncMemoryClient:
 
     async def node_outcomes(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Outcome]:
         return await self._backend.execute(
-            NodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+            ListNodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     async def maintenance_report(

@@ -44,6 +44,7 @@ from .backends import (
     FindNodes,
     GetMaintenanceSettings,
     GetNode,
+    GetNodeJournal,
     GetPatch,
     GetReceipt,
     GetSnapshot,
@@ -52,13 +53,12 @@ from .backends import (
     LedgerStatusRequest,
     LinkCorrection,
     ListCorrectionInbox,
+    ListNodeEvidence,
+    ListNodeOutcomes,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
     MarkReviewed,
-    NodeEvidence,
-    NodeJournal,
-    NodeOutcomes,
     OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
@@ -604,13 +604,13 @@ class MemoryClient:
         """The oldest ``max_count`` (1..10000) journal records of one memory and its head, as the
         verifier reads them (``verify_records(records, [head])`` once the chain is complete)."""
         return self._backend.execute(
-            NodeJournal(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+            GetNodeJournal(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     def node_evidence(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Event]:
         """The events a memory cites in ``evidence_refs``, each once, oldest first."""
         return self._backend.execute(
-            NodeEvidence(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+            ListNodeEvidence(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
@@ -742,7 +742,7 @@ class MemoryClient:
     def node_outcomes(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Outcome]:
         """The outcome events of a memory, newest first, at most ``max_count`` (1..10000; PostgreSQL only)."""
         return self._backend.execute(
-            NodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+            ListNodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     def maintenance_report(self, *, user_id: str, as_of: datetime | None = None) -> list[MaintenanceRecommendation]:

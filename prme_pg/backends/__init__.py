@@ -59,6 +59,7 @@ __all__ = [
     "FindNodes",
     "GetMaintenanceSettings",
     "GetNode",
+    "GetNodeJournal",
     "GetPatch",
     "GetReceipt",
     "GetSnapshot",
@@ -67,13 +68,12 @@ __all__ = [
     "LedgerStatusRequest",
     "LinkCorrection",
     "ListCorrectionInbox",
+    "ListNodeEvidence",
+    "ListNodeOutcomes",
     "ListNodes",
     "MaintenancePatchRequest",
     "MaintenanceReport",
     "MarkReviewed",
-    "NodeEvidence",
-    "NodeJournal",
-    "NodeOutcomes",
     "OperationEvents",
     "OutcomeSummaryRequest",
     "PublishSnapshot",
@@ -178,7 +178,7 @@ class JournalRecords(Request[tuple[list[JournalRecord], list[NodeHead]]]):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeJournal(Request[tuple[list[JournalRecord], NodeHead]]):
+class GetNodeJournal(Request[tuple[list[JournalRecord], NodeHead]]):
     """The oldest ``max_count`` journal records of one node and its head, for the verifier."""
 
     user_id: str
@@ -187,7 +187,7 @@ class NodeJournal(Request[tuple[list[JournalRecord], NodeHead]]):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeEvidence(Request[list[Event]]):
+class ListNodeEvidence(Request[list[Event]]):
     """The events a node cites in evidence_refs, each once, oldest first."""
 
     user_id: str
@@ -196,7 +196,7 @@ class NodeEvidence(Request[list[Event]]):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeOutcomes(Request[list[Outcome]]):
+class ListNodeOutcomes(Request[list[Outcome]]):
     """The outcome events of one node, newest first (PostgreSQL only)."""
 
     user_id: str

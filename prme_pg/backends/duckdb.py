@@ -50,6 +50,7 @@ from . import (
     FindNodes,
     GetMaintenanceSettings,
     GetNode,
+    GetNodeJournal,
     GetPatch,
     GetReceipt,
     GetSnapshot,
@@ -58,13 +59,12 @@ from . import (
     LedgerStatusRequest,
     LinkCorrection,
     ListCorrectionInbox,
+    ListNodeEvidence,
+    ListNodeOutcomes,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
     MarkReviewed,
-    NodeEvidence,
-    NodeJournal,
-    NodeOutcomes,
     OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
@@ -587,9 +587,9 @@ class DuckDBBackend:
                 return self.replay_node(request)
             case JournalRecords():
                 return self.journal_records(request)
-            case NodeJournal():
+            case GetNodeJournal():
                 return self.node_journal(request)
-            case NodeEvidence():
+            case ListNodeEvidence():
                 return self.node_evidence(request)
             case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | Readiness():
                 raise PrmeError(
@@ -602,7 +602,7 @@ class DuckDBBackend:
                 )
             case (
                 RecordOutcome()
-                | NodeOutcomes()
+                | ListNodeOutcomes()
                 | OutcomeSummaryRequest()
                 | MaintenanceReport()
                 | MaintenancePatchRequest()
@@ -923,7 +923,7 @@ class DuckDBBackend:
             lambda con: journal_rows(user_id, con.execute(JOURNAL_RECORDS, {"user_id": user_id}).fetchall())
         )
 
-    def node_journal(self, request: NodeJournal) -> tuple[list[JournalRecord], NodeHead]:
+    def node_journal(self, request: GetNodeJournal) -> tuple[list[JournalRecord], NodeHead]:
         user_id = valid_user_id(request.user_id)
         params = {"user_id": user_id, "node_id": request.node_id, "max_count": _valid_max_count(request.max_count)}
 
@@ -935,7 +935,7 @@ class DuckDBBackend:
 
         return self.run(work)
 
-    def node_evidence(self, request: NodeEvidence) -> list[Event]:
+    def node_evidence(self, request: ListNodeEvidence) -> list[Event]:
         params = {
             "user_id": valid_user_id(request.user_id),
             "node_id": request.node_id,

@@ -66,6 +66,7 @@ from . import (
     FindNodes,
     GetMaintenanceSettings,
     GetNode,
+    GetNodeJournal,
     GetPatch,
     GetReceipt,
     GetSnapshot,
@@ -74,13 +75,12 @@ from . import (
     LedgerStatusRequest,
     LinkCorrection,
     ListCorrectionInbox,
+    ListNodeEvidence,
+    ListNodeOutcomes,
     ListNodes,
     MaintenancePatchRequest,
     MaintenanceReport,
     MarkReviewed,
-    NodeEvidence,
-    NodeJournal,
-    NodeOutcomes,
     OperationEvents,
     OutcomeSummaryRequest,
     PublishSnapshot,
@@ -727,7 +727,7 @@ def statement(request: Request[T]) -> Call[T]:
         case JournalRecords():
             user_id = request.user_id
             call = Call(JOURNAL_RECORDS, {"user_id": user_id}, tuple_row, lambda rows: journal_rows(user_id, rows))
-        case NodeJournal():
+        case GetNodeJournal():
             owner = request.user_id
             call = Call(
                 NODE_JOURNAL,
@@ -735,14 +735,14 @@ def statement(request: Request[T]) -> Call[T]:
                 tuple_row,
                 lambda rows: node_journal_rows(owner, rows),
             )
-        case NodeEvidence():
+        case ListNodeEvidence():
             call = Call(
                 NODE_EVIDENCE,
                 {"user_id": request.user_id, "node_id": request.node_id, "max_count": request.max_count},
                 event_row,
                 _all,
             )
-        case NodeOutcomes():
+        case ListNodeOutcomes():
             call = Call(
                 NODE_OUTCOMES,
                 {"user_id": request.user_id, "node_id": request.node_id, "max_count": request.max_count},
