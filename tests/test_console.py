@@ -330,6 +330,19 @@ def test_a_patch_applies_exactly_the_selected_op(page: Page, site: Site) -> None
     expect(page.locator("#memory-fields")).to_contain_text("semi-stable")
     expect(page.locator(".timeline > li").first).to_contain_text("v4 update_stability")
 
+    # Back to the patch: "Apply safe ops" is auto mode, the decay and the other increase
+    # only; the decrease and the contest wait for a person.
+    page.go_back()
+    expect(page.locator(f'[data-status-of="{increase}"]')).to_have_text("applied")
+    page.get_by_role("button", name="Apply safe ops").click()
+    safe = {op for op, v in by_op.items() if "decay_confidence" in v["text"] or "Drinks green tea" in v["text"]}
+    assert len(safe) == 2
+    for op_id in safe:
+        expect(page.locator(f'[data-status-of="{op_id}"]')).to_have_text("applied")
+    for op_id in set(by_op) - safe - {increase}:
+        expect(page.locator(f'[data-status-of="{op_id}"]')).to_have_text("pending")
+    expect(page.locator(f'tr[data-op="{increase}"]')).to_contain_text("manual")
+
 
 def test_the_inbox_resolves_a_correction_against_a_memory(page: Page, site: Site) -> None:
     sign_in(page, site.alice)
