@@ -174,6 +174,8 @@ def test_sign_in_by_keyboard_keeps_the_token_in_session_storage_only(page: Page,
     page.goto("/ui/memories")
     expect(page).to_have_url(re.compile(r"/ui/sign-in$"))
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.get_by_role("button", name="Sign out")).to_be_hidden()
+    expect(page.get_by_role("navigation")).to_be_hidden()
     assert unlabelled_controls(page) == []
     shoot(page, "sign-in")
 
