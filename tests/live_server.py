@@ -11,8 +11,6 @@ import uvicorn
 
 from prme_pg import AsyncMemoryClient, testing
 from prme_pg.http import create_app
-from prme_pg.http_console import router as console_router
-from prme_pg.http_review import router as review_router
 
 
 @contextmanager
@@ -20,8 +18,6 @@ def serve(dsn: str, *, max_size: int = 4) -> Iterator[str]:
     """Serve prme_pg.http over the database at dsn; yield the base URL; stop on exit."""
     port = testing.free_port()
     app = create_app(AsyncMemoryClient(dsn, max_size=max_size))
-    app.include_router(review_router)
-    app.include_router(console_router)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

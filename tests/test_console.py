@@ -389,7 +389,7 @@ def test_pages_are_static_strict_and_the_same_for_every_console_path(site: Site)
         script = http.get("/ui/assets/console.js")
         assert script.headers["content-type"].startswith("text/javascript")
         assert http.get("/ui/assets/nothing.js").status_code == 404
-        assert http.get("/ui/assets/..%2Fhttp_console.py").status_code == 404
+        assert http.get("/ui/assets/..%2Fconsole.py").status_code == 404
         assert "/ui" not in http.get("/openapi.json").text
 
 

@@ -46,29 +46,29 @@ from . import (
     AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
-    CurrentSnapshot,
+    CreateMaintenancePatch,
     FindNodes,
+    GetCurrentSnapshot,
+    GetJournalRecords,
+    GetLedgerStatus,
+    GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
     GetNodeJournal,
+    GetOutcomeSummary,
     GetPatch,
+    GetReadiness,
     GetReceipt,
     GetSnapshot,
     IsCorrection,
-    JournalRecords,
-    LedgerStatusRequest,
     LinkCorrection,
     ListCorrectionInbox,
     ListNodeEvidence,
     ListNodeOutcomes,
     ListNodes,
-    MaintenancePatchRequest,
-    MaintenanceReport,
+    ListOperationEvents,
     MarkReviewed,
-    OperationEvents,
-    OutcomeSummaryRequest,
     PublishSnapshot,
-    Readiness,
     Recall,
     RecordOutcome,
     Reinforce,
@@ -585,17 +585,17 @@ class DuckDBBackend:
                 return self.verify_journal(request)
             case ReplayNode():
                 return self.replay_node(request)
-            case JournalRecords():
+            case GetJournalRecords():
                 return self.journal_records(request)
             case GetNodeJournal():
                 return self.node_journal(request)
             case ListNodeEvidence():
                 return self.node_evidence(request)
-            case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | Readiness():
+            case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | GetReadiness():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no API tokens or migrations"
                 )
-            case Recall() | FindNodes() | PublishSnapshot() | CurrentSnapshot() | GetSnapshot() | AssemblePrompt():
+            case Recall() | FindNodes() | PublishSnapshot() | GetCurrentSnapshot() | GetSnapshot() | AssemblePrompt():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no full-text recall or "
                     "snapshots (open the client with a postgresql:// DSN)"
@@ -603,9 +603,9 @@ class DuckDBBackend:
             case (
                 RecordOutcome()
                 | ListNodeOutcomes()
-                | OutcomeSummaryRequest()
-                | MaintenanceReport()
-                | MaintenancePatchRequest()
+                | GetOutcomeSummary()
+                | GetMaintenanceReport()
+                | CreateMaintenancePatch()
                 | GetPatch()
                 | ApplyPatch()
                 | LinkCorrection()
@@ -621,7 +621,7 @@ class DuckDBBackend:
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no outcomes or maintenance "
                     "(open the client with a postgresql:// DSN)"
                 )
-            case SubmitOperation() | GetReceipt() | OperationEvents() | LedgerStatusRequest():
+            case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no operations ledger "
                     "(open the client with a postgresql:// DSN)"
@@ -917,7 +917,7 @@ class DuckDBBackend:
 
         return self.run(work)
 
-    def journal_records(self, request: JournalRecords) -> Any:
+    def journal_records(self, request: GetJournalRecords) -> Any:
         user_id = valid_user_id(request.user_id)
         return self.run(
             lambda con: journal_rows(user_id, con.execute(JOURNAL_RECORDS, {"user_id": user_id}).fetchall())

@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from .aio import AsyncMemoryClient
-from .http import EventOut, NodeOut, Number, OutcomeOut, Owner, _responses
-from .journal import parse_record, verify_records
-from .models import JournalIssue, JournalRecord
+from ..journal import parse_record, verify_records
+from ..models import JournalIssue, JournalRecord
+from .dependencies import Client, Owner
+from .fields import Number
+from .maintenance import OutcomeOut
+from .nodes import EventOut, NodeOut
+from .problems import problem_responses
 
 __all__ = ["router"]
 
@@ -23,11 +26,6 @@ Stability = Literal["low", "semi-stable", "stable"]
 LifecycleState = Literal["active", "contested", "superseded", "deprecated", "archived"]
 # A journal page's size: the verifier reads the chain from its first record on.
 MAX_JOURNAL_RECORDS = 5000
-
-
-def _client(request: Request) -> AsyncMemoryClient:
-    client: AsyncMemoryClient = request.app.state.client
-    return client
 
 
 class NodesOut(BaseModel):
@@ -105,9 +103,9 @@ def _record_out(record: JournalRecord, issues: list[JournalIssue]) -> JournalRec
     )
 
 
-@router.get("/v1/nodes", response_model=NodesOut, tags=["review"], responses=_responses(401, 422, 503))
+@router.get("/v1/nodes", response_model=NodesOut, tags=["review"], responses=problem_responses(401, 422, 503))
 async def find_nodes(
-    request: Request,
+    client: Client,
     user_id: Owner,
     q: Annotated[str | None, Query(description="words, matched as recall matches them; absent: every memory")] = None,
     scope: Annotated[list[str] | None, Query(max_length=100, description="only these scopes (repeat)")] = None,
@@ -116,7 +114,7 @@ async def find_nodes(
     limit: Annotated[int, Query(ge=1, le=1000, description="at most this many")] = 50,
 ) -> NodesOut:
     """The token owner's memories in any lifecycle state: most query words first, then newest change."""
-    nodes = await _client(request).find_nodes(
+    nodes = await client.find_nodes(
         q, user_id=user_id, scopes=scope, stabilities=stability, lifecycle_states=lifecycle_state, max_count=limit
     )
     return NodesOut(nodes=[NodeOut.of(node) for node in nodes])
@@ -126,16 +124,16 @@ async def find_nodes(
     "/v1/nodes/{node_id}/journal",
     response_model=JournalOut,
     tags=["review"],
-    responses=_responses(401, 404, 422, 503),
+    responses=problem_responses(401, 404, 422, 503),
 )
 async def node_journal(
-    request: Request,
+    client: Client,
     node_id: UUID,
     user_id: Owner,
     limit: Annotated[int, Query(ge=1, le=MAX_JOURNAL_RECORDS, description="at most this many, oldest first")] = 1000,
 ) -> JournalOut:
     """One memory's journal, each record verified by Python's own verifier (prme_pg.journal)."""
-    records, head = await _client(request).node_journal(node_id, user_id=user_id, max_count=limit + 1)
+    records, head = await client.node_journal(node_id, user_id=user_id, max_count=limit + 1)
     complete = len(records) <= limit
     records = records[:limit]
     # The head is checked only against a whole chain: a page's newest record is not the head.
@@ -159,16 +157,16 @@ class EvidenceOut(BaseModel):
     "/v1/nodes/{node_id}/evidence",
     response_model=EvidenceOut,
     tags=["review"],
-    responses=_responses(401, 404, 422, 503),
+    responses=problem_responses(401, 404, 422, 503),
 )
 async def node_evidence(
-    request: Request,
+    client: Client,
     node_id: UUID,
     user_id: Owner,
     limit: Annotated[int, Query(ge=1, le=10000, description="at most this many, oldest first")] = 100,
 ) -> EvidenceOut:
     """The events a memory cites in evidence_refs, each once."""
-    events = await _client(request).node_evidence(node_id, user_id=user_id, max_count=limit)
+    events = await client.node_evidence(node_id, user_id=user_id, max_count=limit)
     return EvidenceOut(events=[EventOut.of(event) for event in events])
 
 
@@ -180,14 +178,14 @@ class OutcomesOut(BaseModel):
     "/v1/nodes/{node_id}/outcomes",
     response_model=OutcomesOut,
     tags=["review"],
-    responses=_responses(401, 404, 422, 503),
+    responses=problem_responses(401, 404, 422, 503),
 )
 async def node_outcomes(
-    request: Request,
+    client: Client,
     node_id: UUID,
     user_id: Owner,
     limit: Annotated[int, Query(ge=1, le=10000, description="at most this many, newest first")] = 100,
 ) -> OutcomesOut:
     """A memory's outcome events, newest first."""
-    outcomes = await _client(request).node_outcomes(node_id, user_id=user_id, max_count=limit)
+    outcomes = await client.node_outcomes(node_id, user_id=user_id, max_count=limit)
     return OutcomesOut(outcomes=[OutcomeOut.of(outcome) for outcome in outcomes])

@@ -16,7 +16,7 @@ from fastapi.responses import RedirectResponse, Response
 
 __all__ = ["ASSETS", "router"]
 
-ASSETS = Path(__file__).resolve().parent / "ui"
+ASSETS = Path(__file__).resolve().parent.parent / "ui"
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 HEADERS = {
     "Content-Security-Policy": (
