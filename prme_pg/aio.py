@@ -313,11 +313,14 @@ class AsyncMemoryClient:
     async def node_journal(
         self, node_id: UUID | str, *, user_id: str, max_count: int = 1000
     ) -> tuple[list[JournalRecord], NodeHead]:
+        """The oldest ``max_count`` (1..10000) journal records of one memory and its head, as the
+        verifier reads them (``verify_records(records, [head])`` once the chain is complete)."""
         return await self._backend.execute(
             GetNodeJournal(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     async def node_evidence(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Event]:
+        """The events a memory cites in ``evidence_refs``, each once, oldest first."""
         return await self._backend.execute(
             ListNodeEvidence(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
@@ -372,6 +375,12 @@ class AsyncMemoryClient:
         lifecycle_states: str | Iterable[str] | None = None,
         max_count: int = 50,
     ) -> list[Node]:
+        """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``; PostgreSQL only).
+
+        ``query`` matches words as recall does (``None`` or blank: every memory); the
+        filters (``None`` = any) narrow; most query words first, then newest change
+        first; ``max_count`` is 1..1000.
+        """
         return await self._backend.execute(
             find_nodes_request(query, user_id, scopes, stabilities, lifecycle_states, max_count)
         )
@@ -443,6 +452,7 @@ class AsyncMemoryClient:
         return await self._backend.execute(GetOutcomeSummary(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     async def node_outcomes(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Outcome]:
+        """The outcome events of a memory, newest first, at most ``max_count`` (1..10000; PostgreSQL only)."""
         return await self._backend.execute(
             ListNodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
