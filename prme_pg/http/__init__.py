@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 
@@ -25,6 +26,9 @@ from .. import __version__
 from ..aio import AsyncMemoryClient
 from . import console, ledger, maintenance, nodes, ops, recall, review
 from .problems import EXCEPTION_HANDLERS
+
+if TYPE_CHECKING:
+    from ..metrics import ServiceMetrics
 
 __all__ = ["ROUTERS", "create_app"]
 
@@ -40,8 +44,12 @@ ROUTERS: tuple[APIRouter, ...] = (
 )
 
 
-def create_app(client: AsyncMemoryClient) -> FastAPI:
-    """The ASGI app over an (unopened) client; the app opens and closes it."""
+def create_app(client: AsyncMemoryClient, *, metrics: ServiceMetrics | None = None) -> FastAPI:
+    """The ASGI app over an (unopened) client; the app opens and closes it.
+
+    With ``metrics``, every request is counted and timed into it (:mod:`.metrics`; the
+    ``/metrics`` route is served by :func:`.metrics.metrics_app`, on a bind of its own).
+    """
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -58,4 +66,8 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
     app.state.client = client  # what the Client dependency hands to each route
     for router in ROUTERS:
         app.include_router(router)
+    if metrics is not None:
+        from .metrics import MetricsMiddleware  # prometheus-client only when metrics are on
+
+        app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
