@@ -100,25 +100,25 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     -- Typographic apostrophes as ASCII, runs of blanks as one space, lower case.
-    v_text text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), '\s+', ' ', 'g'));
+    v_text text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), E'\\s+', ' ', 'g'));
     -- The start of the message, or of a sentence or clause within it.
-    v_start constant text := '(^|[.!?;:,] ?)\s*';
+    v_start constant text := E'(^|[.!?;:,] ?)\\s*';
 BEGIN
     RETURN
         -- "don't …", "do not …", "never …", "always …", "stop …", optionally after "please"
-        v_text ~ (v_start || '(please )?(don''?t|do not|never|always|stop|quit)\M')
+        v_text ~ (v_start || E'(please )?(don''?t|do not|never|always|stop|quit)\\M')
         -- "no, …", "nope. …", "no - …"
         OR v_text ~ (v_start || '(no|nope|nah)([,.!:;]| -)')
         -- "actually …" opening a sentence
-        OR v_text ~ (v_start || '(well,? )?actually\M')
+        OR v_text ~ (v_start || E'(well,? )?actually\\M')
         -- "prefer X over Y", "prefer X instead of Y", "prefer X rather than Y"
-        OR v_text ~ '\mprefers? \S.*\m(over|instead of|rather than)\M'
+        OR v_text ~ E'\\mprefers? \\S.*\\m(over|instead of|rather than)\\M'
         -- "you should never …", "I always …", "we never …"
-        OR v_text ~ '\m(you|i|we)( should| must| will)? (never|always)\M'
+        OR v_text ~ E'\\m(you|i|we)( should| must| will)? (never|always)\\M'
         -- "that's wrong", "that is not right", "this is incorrect"
-        OR v_text ~ '\m(that|this|it)(''s| is| was) (wrong|incorrect|not (right|true|correct))\M'
+        OR v_text ~ E'\\m(that|this|it)(''s| is| was) (wrong|incorrect|not (right|true|correct))\\M'
         -- "I said …", "I told you …" opening a sentence
-        OR v_text ~ (v_start || 'i (already )?(said|told you)\M');
+        OR v_text ~ (v_start || E'i (already )?(said|told you)\\M');
 END;
 $$;
 

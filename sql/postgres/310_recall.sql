@@ -64,7 +64,7 @@ BEGIN
     -- backslashes doubled), so no lexeme is parsed or stemmed a second time.
     RETURN array_to_string(
         ARRAY(
-            SELECT '''' || replace(replace(l.lexeme, '\', '\\'), '''', '''''') || ''''
+            SELECT '''' || replace(replace(l.lexeme, E'\\', E'\\\\'), '''', '''''') || ''''
             FROM unnest(lexemes) AS l (lexeme)
         ),
         ' | '

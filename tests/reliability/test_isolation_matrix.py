@@ -31,9 +31,7 @@ function is SECURITY DEFINER with a pinned search_path; prme_reader sees one own
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +55,7 @@ from reliability_support import (
     api_functions,
     arguments,
     fresh_reference,
+    normalise,
     objects_of,
     owned_snapshot,
     prme_tables,
@@ -64,10 +63,6 @@ from reliability_support import (
 )
 
 SECRET = "ALICE-SECRET"
-
-UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-HEX64_RE = re.compile(r"\b[0-9a-f]{64}\b")
-TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)?")
 
 
 @dataclass
@@ -95,27 +90,6 @@ def run_as_app(conn: psycopg.Connection[Any], function: ApiFunction, args: dict[
         after = owned_snapshot(conn)
     changed = {t: (before[t] - after[t], after[t] - before[t]) for t in before if before[t] != after[t]}
     return Outcome(sqlstate, rows, changed)
-
-
-def normalise(value: Any, targets: dict[str, str]) -> Any:
-    """Replace ids, times and checksums by placeholders; targeted ids by their argument's name."""
-    if isinstance(value, uuid.UUID):
-        value = str(value)
-    if isinstance(value, str) and value in targets:
-        return targets[value]
-    if isinstance(value, dict):
-        return {key: normalise(item, targets) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [normalise(item, targets) for item in value]
-    if isinstance(value, dt.datetime | dt.date | dt.timedelta):
-        return "<time>"
-    if isinstance(value, float):  # derived from the clock (ages, decayed scores); state is numeric
-        return "<float>"
-    if isinstance(value, str):
-        value = UUID_RE.sub(lambda m: targets.get(m.group(0), "<uuid>"), value)
-        value = HEX64_RE.sub(lambda m: targets.get(m.group(0), "<sha256>"), value)
-        return TIME_RE.sub("<time>", value)
-    return value
 
 
 def mentions_alice(value: Any) -> bool:

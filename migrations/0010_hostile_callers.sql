@@ -1,0 +1,505 @@
+-- prme-pg migration 0010_hostile_callers: the API holds up against callers who set things or send
+-- much. API functions no longer depend on the caller's standard_conforming_strings (E'' literals).
+-- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0010_hostile_callers.sql
+-- (or prme-pg migrate). It replaces functions and adds no table data; it takes no lock beyond
+-- the catalog's.
+
+SET LOCAL ROLE prme_owner;
+
+-- >>> sql/postgres/030_validation.sql: no literal depends on standard_conforming_strings
+
+CREATE OR REPLACE FUNCTION prme._valid_user_id(user_id text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Control characters are Unicode's Cc set, U+0000-U+001F and U+007F-U+009F, spelt
+    -- out: [[:cntrl:]] depends on the database locale.
+    IF user_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'user_id must not be null';
+    END IF;
+    IF length(user_id) NOT BETWEEN 1 AND 256 OR user_id ~ E'[\\x01-\\x1f\\x7f-\\x9f]' OR user_id <> btrim(user_id) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'user_id must be 1 to 256 characters without control characters or surrounding spaces';
+    END IF;
+    RETURN user_id;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_user_id(text) IS
+'Internal: returns user_id, or raises PR422 when it is null, empty, longer than 256 characters, '
+'or has control characters or surrounding spaces.';
+
+-- >>> sql/postgres/140_api_tokens.sql: no literal depends on standard_conforming_strings
+
+CREATE OR REPLACE FUNCTION prme.create_api_token(user_id text, token_sha256 text, label text DEFAULT '')
+RETURNS timestamptz
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_created_at timestamptz;
+BEGIN
+    IF create_api_token.label IS NULL OR length(create_api_token.label) > 200
+       OR create_api_token.label ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'label must be at most 200 characters, no control characters';
+    END IF;
+    INSERT INTO prme.api_tokens (user_id, token_sha256, label)
+    VALUES (
+        prme._valid_user_id(create_api_token.user_id),
+        prme._valid_token_sha256(create_api_token.token_sha256),
+        create_api_token.label
+    )
+    ON CONFLICT DO NOTHING
+    RETURNING created_at INTO v_created_at;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR409', MESSAGE = 'this token is already registered';
+    END IF;
+    RETURN v_created_at;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.create_api_token(text, text, text) IS
+'Registers the sha256 of a new bearer token for user_id (the caller generated the token and shows it once). '
+'Returns its creation time; PR409 if that hash is already registered.';
+
+-- >>> sql/postgres/210_outcomes.sql: no literal depends on standard_conforming_strings
+
+CREATE OR REPLACE FUNCTION prme._valid_ref(argument text, value text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- An explicit control-character set (C0, DEL, C1): [[:cntrl:]] depends on the locale.
+    IF value IS NOT NULL
+       AND (length(value) NOT BETWEEN 1 AND 256 OR value ~ E'[\\x01-\\x1f\\x7f-\\x9f]' OR value <> btrim(value)) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('%s must be 1 to 256 characters without control characters or surrounding spaces',
+                argument);
+    END IF;
+    RETURN value;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_ref(text, text) IS
+'Internal: returns value (NULL allowed) when it is a valid external reference such as profile_id or thread_id '
+'(1 to 256 characters, no control characters or surrounding spaces), else raises PR422.';
+
+-- >>> sql/postgres/220_correction_linking.sql: no literal depends on standard_conforming_strings
+
+CREATE OR REPLACE FUNCTION prme.is_correction(message text)
+RETURNS boolean
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- Typographic apostrophes as ASCII, runs of blanks as one space, lower case.
+    v_text text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), E'\\s+', ' ', 'g'));
+    -- The start of the message, or of a sentence or clause within it.
+    v_start constant text := E'(^|[.!?;:,] ?)\\s*';
+BEGIN
+    RETURN
+        -- "don't …", "do not …", "never …", "always …", "stop …", optionally after "please"
+        v_text ~ (v_start || E'(please )?(don''?t|do not|never|always|stop|quit)\\M')
+        -- "no, …", "nope. …", "no - …"
+        OR v_text ~ (v_start || '(no|nope|nah)([,.!:;]| -)')
+        -- "actually …" opening a sentence
+        OR v_text ~ (v_start || E'(well,? )?actually\\M')
+        -- "prefer X over Y", "prefer X instead of Y", "prefer X rather than Y"
+        OR v_text ~ E'\\mprefers? \\S.*\\m(over|instead of|rather than)\\M'
+        -- "you should never …", "I always …", "we never …"
+        OR v_text ~ E'\\m(you|i|we)( should| must| will)? (never|always)\\M'
+        -- "that's wrong", "that is not right", "this is incorrect"
+        OR v_text ~ E'\\m(that|this|it)(''s| is| was) (wrong|incorrect|not (right|true|correct))\\M'
+        -- "I said …", "I told you …" opening a sentence
+        OR v_text ~ (v_start || E'i (already )?(said|told you)\\M');
+END;
+$$;
+
+COMMENT ON FUNCTION prme.is_correction(text) IS
+'True when a message uses explicit correction phrasing: "don''t …", "do not …", "no, …", "actually …", '
+'"stop …", "prefer X over Y", "never …"/"always …" (opening a sentence, or after you/I/we), "that''s wrong", '
+'"I told you …". A heuristic for routing messages to link_correction; it reads nothing.';
+
+-- >>> sql/postgres/310_recall.sql: no literal depends on standard_conforming_strings
+
+CREATE OR REPLACE FUNCTION prme._any_lexeme_query(lexemes text[])
+RETURNS tsquery
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF lexemes IS NULL OR cardinality(lexemes) = 0 THEN
+        RETURN NULL;
+    END IF;
+    -- 'l1' | 'l2' | ...: each lexeme quoted as tsquery input quotes it (quotes and
+    -- backslashes doubled), so no lexeme is parsed or stemmed a second time.
+    RETURN array_to_string(
+        ARRAY(
+            SELECT '''' || replace(replace(l.lexeme, E'\\', E'\\\\'), '''', '''''') || ''''
+            FROM unnest(lexemes) AS l (lexeme)
+        ),
+        ' | '
+    )::tsquery;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._any_lexeme_query(text[]) IS
+'Internal: a tsquery matching any of the given (already normalised) lexemes; NULL for none.';
+
+-- >>> sql/postgres/400_jcs.sql: no literal depends on standard_conforming_strings
+
+CREATE OR REPLACE FUNCTION prme._sha1(data bytea)
+RETURNS bytea
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_length bigint := octet_length(data);
+    v_message bytea;
+    v_w bigint[];
+    v_h0 bigint := 1732584193;
+    v_h1 bigint := 4023233417;
+    v_h2 bigint := 2562383102;
+    v_h3 bigint := 271733878;
+    v_h4 bigint := 3285377520;
+    v_a bigint;
+    v_b bigint;
+    v_c bigint;
+    v_d bigint;
+    v_e bigint;
+    v_f bigint;
+    v_k bigint;
+    v_t bigint;
+    v_offset integer;
+BEGIN
+    -- FIPS 180-4: pad with 0x80, zeros to 56 mod 64, then the bit length (big-endian).
+    v_message := data || E'\\x80'::bytea
+        || substr(decode(repeat('00', 64), 'hex'), 1, (119 - (v_length % 64)::integer) % 64)
+        || int8send(v_length * 8);
+    FOR v_block IN 0 .. octet_length(v_message) / 64 - 1 LOOP
+        v_w := '{}';
+        FOR v_i IN 0 .. 15 LOOP
+            v_offset := v_block * 64 + v_i * 4;
+            v_w[v_i] := (get_byte(v_message, v_offset)::bigint << 24)
+                | (get_byte(v_message, v_offset + 1)::bigint << 16)
+                | (get_byte(v_message, v_offset + 2)::bigint << 8)
+                | get_byte(v_message, v_offset + 3)::bigint;
+        END LOOP;
+        FOR v_i IN 16 .. 79 LOOP
+            v_t := v_w[v_i - 3] # v_w[v_i - 8] # v_w[v_i - 14] # v_w[v_i - 16];
+            v_w[v_i] := ((v_t << 1) | (v_t >> 31)) & 4294967295;
+        END LOOP;
+        v_a := v_h0;
+        v_b := v_h1;
+        v_c := v_h2;
+        v_d := v_h3;
+        v_e := v_h4;
+        FOR v_i IN 0 .. 79 LOOP
+            IF v_i < 20 THEN
+                v_f := (v_b & v_c) | ((v_b # 4294967295) & v_d);
+                v_k := 1518500249;
+            ELSIF v_i < 40 THEN
+                v_f := v_b # v_c # v_d;
+                v_k := 1859775393;
+            ELSIF v_i < 60 THEN
+                v_f := (v_b & v_c) | (v_b & v_d) | (v_c & v_d);
+                v_k := 2400959708;
+            ELSE
+                v_f := v_b # v_c # v_d;
+                v_k := 3395469782;
+            END IF;
+            v_t := ((((v_a << 5) | (v_a >> 27)) & 4294967295) + v_f + v_e + v_k + v_w[v_i]) & 4294967295;
+            v_e := v_d;
+            v_d := v_c;
+            v_c := ((v_b << 30) | (v_b >> 2)) & 4294967295;
+            v_b := v_a;
+            v_a := v_t;
+        END LOOP;
+        v_h0 := (v_h0 + v_a) & 4294967295;
+        v_h1 := (v_h1 + v_b) & 4294967295;
+        v_h2 := (v_h2 + v_c) & 4294967295;
+        v_h3 := (v_h3 + v_d) & 4294967295;
+        v_h4 := (v_h4 + v_e) & 4294967295;
+    END LOOP;
+    RETURN substr(int8send(v_h0), 5) || substr(int8send(v_h1), 5) || substr(int8send(v_h2), 5)
+        || substr(int8send(v_h3), 5) || substr(int8send(v_h4), 5);
+END;
+$$;
+
+COMMENT ON FUNCTION prme._sha1(bytea) IS
+'Internal: SHA-1 (FIPS 180-4) of data, 20 bytes. Only for uuid v5 names; never for integrity.';
+
+CREATE OR REPLACE FUNCTION prme._jcs_double(value float8)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+SET extra_float_digits = 1
+AS $$
+DECLARE
+    v_abs float8 := abs(value);
+    v_parts text[];
+    v_digits text;
+    v_trimmed text;
+    v_point integer;
+    v_count integer;
+    v_length integer;
+    v_down text;
+    v_up text;
+    v_up_point integer;
+    v_down_ok boolean;
+    v_up_ok boolean;
+    v_exact numeric;
+    v_below numeric;
+    v_above numeric;
+    v_sign text := CASE WHEN value < 0 THEN '-' ELSE '' END;
+BEGIN
+    IF value = 0 THEN
+        RETURN '0';
+    END IF;
+    -- float8out with extra_float_digits > 0 writes round-trip digits as
+    -- D[.DDD][e+-XX]: value = 0.DIGITS * 10^v_point, DIGITS without leading or
+    -- trailing zeros.
+    v_parts := regexp_match(v_abs::text, E'^([0-9]+)(?:\\.([0-9]+))?(?:e([-+][0-9]+))?$');
+    v_digits := v_parts[1] || coalesce(v_parts[2], '');
+    v_point := length(v_parts[1]) + coalesce(v_parts[3]::integer, 0);
+    v_trimmed := ltrim(v_digits, '0');
+    v_point := v_point - (length(v_digits) - length(v_trimmed));
+    v_digits := rtrim(v_trimmed, '0');
+
+    -- PostgreSQL's Ryu leaves out the two halfway points to the neighbouring
+    -- doubles (it does not accept bounds); ECMAScript and Python count them, since
+    -- a tie rounds to the even mantissa. Only such a halfway point can be shorter
+    -- than PostgreSQL's digits, and it is then the digits cut or cut and rounded
+    -- up: try shorter lengths while one of the two still reads back as value.
+    v_length := length(v_digits) - 1;
+    WHILE v_length >= 1 LOOP
+        v_down := left(v_digits, v_length);
+        v_up := (v_down::numeric + 1)::text;
+        v_up_point := v_point + length(v_up) - v_length;
+        v_down_ok := ('0.' || v_down || 'e' || v_point)::float8 = v_abs;
+        v_up_ok := ('0.' || v_up || 'e' || v_up_point)::numeric <= 1.7976931348623158e308
+            AND ('0.' || v_up || 'e' || v_up_point)::float8 = v_abs;
+        IF v_down_ok AND v_up_ok THEN
+            -- Both halfway points: the one nearer the digits found, on a tie the even one.
+            v_exact := ('0.' || v_digits || 'e' || v_point)::numeric;
+            v_below := v_exact - ('0.' || v_down || 'e' || v_point)::numeric;
+            v_above := ('0.' || v_up || 'e' || v_up_point)::numeric - v_exact;
+            v_down_ok := v_below < v_above OR (v_below = v_above AND right(v_down, 1)::integer % 2 = 0);
+        END IF;
+        IF v_down_ok THEN
+            v_digits := rtrim(v_down, '0');
+        ELSIF v_up_ok THEN
+            v_digits := rtrim(v_up, '0');
+            v_point := v_up_point;
+        ELSE
+            EXIT;
+        END IF;
+        v_length := least(v_length, length(v_digits)) - 1;
+    END LOOP;
+
+    v_count := length(v_digits);
+    -- ECMA-262 Number::toString(10) for k = v_count digits and n = v_point.
+    IF v_count <= v_point AND v_point <= 21 THEN
+        RETURN v_sign || v_digits || repeat('0', v_point - v_count);
+    ELSIF 0 < v_point AND v_point <= 21 THEN
+        RETURN v_sign || left(v_digits, v_point) || '.' || substr(v_digits, v_point + 1);
+    ELSIF -6 < v_point AND v_point <= 0 THEN
+        RETURN v_sign || '0.' || repeat('0', -v_point) || v_digits;
+    END IF;
+    RETURN v_sign || left(v_digits, 1)
+        || CASE WHEN v_count > 1 THEN '.' || substr(v_digits, 2) ELSE '' END
+        || 'e' || CASE WHEN v_point > 0 THEN '+' ELSE '-' END || abs(v_point - 1)::text;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._jcs_double(float8) IS
+'Internal: a finite double as ECMAScript''s Number::toString writes it (RFC 8785 3.2.2.3): the shortest digits '
+'that read back as the same double, ties between neighbours counted as ECMAScript counts them.';
+
+CREATE OR REPLACE FUNCTION prme._jcs_key_order(key text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Byte order of UTF-8 (COLLATE "C") is code point order; UTF-16 code-unit
+    -- order differs only in putting U+E000..U+FFFF after every astral character.
+    -- Prefixing those with U+10FFFF (and U+10FFFF itself with U+10FFFF U+0001)
+    -- makes code point order agree with UTF-16 order. prme._jcs calls this only
+    -- for keys with a character from U+E000 up; any other key is its own sort key.
+    RETURN regexp_replace(
+        replace(key, E'\U0010FFFF', E'\U0010FFFF\u0001'),
+        E'([\\uE000-\\uFFFF])', E'\U0010FFFF\\1', 'g'
+    );
+END;
+$$;
+
+COMMENT ON FUNCTION prme._jcs_key_order(text) IS
+'Internal: a sort key whose COLLATE "C" order is the UTF-16 code-unit order of object keys (RFC 8785 3.2.3).';
+
+CREATE OR REPLACE FUNCTION prme._jcs(value jsonb)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    CASE jsonb_typeof(value)
+        WHEN 'object' THEN
+            RETURN '{' || coalesce((
+                SELECT string_agg(
+                    to_json(e.key)::text || ':' || CASE jsonb_typeof(e.value)
+                        WHEN 'number' THEN CASE
+                            -- The common case inline (no call): see the array branch.
+                            WHEN e.value::text ~ E'^-?(0|[1-9][0-9]*)(\\.[0-9]*[1-9])?$'
+                                AND length(translate(e.value::text, '-.', '')) <= 15
+                                AND e.value::text !~ E'^-?0\\.00000' THEN e.value::text
+                            ELSE prme._jcs_number(e.value::numeric)
+                        END
+                        WHEN 'object' THEN prme._jcs(e.value)
+                        WHEN 'array' THEN prme._jcs(e.value)
+                        ELSE e.value::text
+                    END,
+                    ',' ORDER BY CASE
+                        WHEN e.key ~ E'[\\uE000-\\U0010FFFF]' THEN prme._jcs_key_order(e.key) ELSE e.key
+                    END COLLATE "C"
+                )
+                FROM jsonb_each(value) AS e
+            ), '') || '}';
+        WHEN 'array' THEN
+            RETURN '[' || coalesce((
+                SELECT string_agg(
+                    CASE jsonb_typeof(e.value)
+                        WHEN 'number' THEN CASE
+                            -- The common case inline, without calling _jcs_number: at most
+                            -- 15 digits, no trailing fractional zero, at least 1e-5. Such a
+                            -- number is exact or round-trips through a double, so its own
+                            -- text is the shortest form (rules 1 and 2 of _jcs_number).
+                            WHEN e.value::text ~ E'^-?(0|[1-9][0-9]*)(\\.[0-9]*[1-9])?$'
+                                AND length(translate(e.value::text, '-.', '')) <= 15
+                                AND e.value::text !~ E'^-?0\\.00000' THEN e.value::text
+                            ELSE prme._jcs_number(e.value::numeric)
+                        END
+                        WHEN 'object' THEN prme._jcs(e.value)
+                        WHEN 'array' THEN prme._jcs(e.value)
+                        ELSE e.value::text
+                    END,
+                    ',' ORDER BY e.position
+                )
+                FROM jsonb_array_elements(value) WITH ORDINALITY AS e (value, position)
+            ), '') || ']';
+        WHEN 'number' THEN
+            RETURN prme._jcs_number(value::numeric);
+        ELSE
+            -- Strings: jsonb's output escapes exactly as RFC 8785 does. true, false, null.
+            RETURN value::text;
+    END CASE;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._jcs(jsonb) IS
+'Internal: the RFC 8785 canonical text of a JSON value (see prme.canonical_json).';
+
+-- >>> sql/postgres/440_run_operations.sql: no literal depends on standard_conforming_strings
+
+CREATE OR REPLACE FUNCTION prme._payload_time(payload jsonb, field text)
+RETURNS timestamptz
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_text text := prme._payload_text(payload, field);
+BEGIN
+    -- An explicit offset is required: the session's TimeZone must not change the meaning.
+    IF v_text IS NOT NULL AND v_text !~ (
+        E'^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\\.[0-9]{1,6})?)?'
+        || '(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$'
+    ) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('payload field %s must be an ISO 8601 time with a UTC offset', field);
+    END IF;
+    RETURN v_text::timestamptz;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._payload_time(jsonb, text) IS
+'Internal: an ISO 8601 time field (with Z or an offset) of a payload; NULL when absent; PR422 otherwise.';
+
+-- >>> sql/postgres/450_long_memories.sql: no literal depends on standard_conforming_strings
+
+CREATE OR REPLACE FUNCTION prme._word_count(content text)
+RETURNS integer
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN (SELECT count(*) FROM regexp_matches(content, E'[^\\t\\n\\v\\f\\r ]+', 'g'));
+END;
+$$;
+
+COMMENT ON FUNCTION prme._word_count(text) IS
+'Internal: the number of words_v1 tokens in content (maximal runs without ASCII whitespace).';
+
+CREATE OR REPLACE FUNCTION prme._plan_parts(content text, token_budget integer)
+RETURNS TABLE (part_no integer, token_start integer, token_end integer, char_start integer, char_end integer)
+LANGUAGE plpgsql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    WITH tokens AS (
+        SELECT
+            m.position::integer AS position,
+            sum(length(m.match[1]) + length(m.match[2])) OVER (ORDER BY m.position)::integer AS end_char
+        FROM regexp_matches(content, E'([\\t\\n\\v\\f\\r ]*)([^\\t\\n\\v\\f\\r ]+)', 'g') WITH ORDINALITY AS m (match, position)
+    ),
+    parts AS (
+        SELECT
+            ((t.position - 1) / token_budget)::integer + 1 AS part_no,
+            min(t.position)::integer - 1 AS token_start,
+            max(t.position)::integer AS token_end,
+            max(t.end_char) AS end_char
+        FROM tokens AS t
+        GROUP BY 1
+    )
+    SELECT
+        p.part_no,
+        p.token_start,
+        p.token_end,
+        coalesce(lag(p.end_char) OVER (ORDER BY p.part_no), 0),
+        CASE WHEN p.part_no = max(p.part_no) OVER () THEN length(content) ELSE p.end_char END
+    FROM parts AS p
+    ORDER BY p.part_no;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._plan_parts(text, integer) IS
+'Internal: cuts content into parts of at most token_budget words_v1 tokens: token and character ranges '
+'(half-open, 0-based) that cover the whole text in order.';
+-- prme-pg:seal (everything above this line is hashed; do not edit this file)
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (10, 'hostile_callers', 'aed58508baf2e8c4c90394310e70bedc04db4a2ccda941d413d43cf871014da4');
