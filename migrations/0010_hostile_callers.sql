@@ -1,10 +1,196 @@
--- prme-pg migration 0010_hostile_callers: the API holds up against callers who set things or send
--- much. API functions no longer depend on the caller's standard_conforming_strings (E'' literals).
+-- prme-pg migration 0010_hostile_callers: the API holds up against callers who set what they
+-- like or send much.
+--   * prme_reader no longer reads the owner named in the prme.user_id setting, which any session
+--     may set: it reads the owners bound to the reading role in the new prme.reader_bindings
+--     (none until a DBA binds some), and the new role prme_auditor reads every owner
+--     (docs/SECURITY.md).
+--   * API functions no longer depend on the caller's standard_conforming_strings (E'' literals).
 -- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0010_hostile_callers.sql
--- (or prme-pg migrate). It replaces functions and adds no table data; it takes no lock beyond
--- the catalog's.
+-- (or prme-pg migrate). Run it as a superuser or a role with CREATEROLE (it creates prme_auditor
+-- when missing). It replaces functions and policies and adds one empty table: catalog locks only,
+-- each held for a moment.
+
+-- >>> sql/postgres/010_roles_and_schema.sql: the all-owners reader; roles are cluster-wide, so it
+-- is created by the migrating role, before SET LOCAL ROLE
+
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'prme_auditor') THEN
+        BEGIN
+            CREATE ROLE prme_auditor NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;  -- created concurrently by a migration in another database
+        END;
+    END IF;
+END
+$roles$;
 
 SET LOCAL ROLE prme_owner;
+
+GRANT USAGE ON SCHEMA prme TO prme_auditor;
+
+-- >>> sql/postgres/135_security.sql: readers are bound to owners by role
+
+-- Written by the DBA (prme_owner or a superuser); a reader sees its own bindings.
+CREATE TABLE prme.reader_bindings (
+    user_id text NOT NULL,
+    reader regrole NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (user_id, reader)
+);
+
+COMMENT ON TABLE prme.reader_bindings IS
+'Which owners prme_reader shows to which role: a role with the privileges of reader (pg_has_role USAGE) reads '
+'user_id''s rows. regrole: checked on insert, kept across renames; a dropped role matches nobody.';
+
+GRANT SELECT ON prme.reader_bindings TO prme_reader, prme_auditor;
+ALTER TABLE prme.reader_bindings ENABLE ROW LEVEL SECURITY;
+CREATE POLICY reader_bindings_reader_own ON prme.reader_bindings FOR SELECT TO prme_reader
+USING (pg_has_role(reader, 'USAGE'));
+CREATE POLICY reader_bindings_auditor_all ON prme.reader_bindings FOR SELECT TO prme_auditor
+USING (TRUE);
+
+GRANT SELECT ON prme.nodes, prme.events, prme.journal TO prme_auditor;
+
+-- >>> sql/postgres/135_security.sql and 500_reader_access.sql: prme_reader's policies read the
+-- bindings, not prme.user_id; prme_auditor reads every owner's rows
+
+GRANT SELECT ON
+prme.outcomes,
+prme.node_maintenance,
+prme.correction_inbox,
+prme.maintenance_settings,
+prme.maintenance_patches,
+prme.patch_ops,
+prme.snapshot_generations,
+prme.snapshot_heads,
+prme.snapshot_history,
+prme.operations,
+prme.operation_events,
+prme.operation_parts
+TO prme_auditor;
+
+ALTER POLICY nodes_reader_owner ON prme.nodes
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY events_reader_owner ON prme.events
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY journal_reader_owner ON prme.journal
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY outcomes_reader_owner ON prme.outcomes
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY node_maintenance_reader_owner ON prme.node_maintenance
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY correction_inbox_reader_owner ON prme.correction_inbox
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY maintenance_settings_reader_owner ON prme.maintenance_settings
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY maintenance_patches_reader_owner ON prme.maintenance_patches
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY patch_ops_reader_owner ON prme.patch_ops
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY snapshot_generations_reader_owner ON prme.snapshot_generations
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY snapshot_heads_reader_owner ON prme.snapshot_heads
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY snapshot_history_reader_owner ON prme.snapshot_history
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY operations_reader_owner ON prme.operations
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY operation_events_reader_owner ON prme.operation_events
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+ALTER POLICY operation_parts_reader_owner ON prme.operation_parts
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+
+CREATE POLICY nodes_auditor_all ON prme.nodes FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY events_auditor_all ON prme.events FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY journal_auditor_all ON prme.journal FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY outcomes_auditor_all ON prme.outcomes FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY node_maintenance_auditor_all ON prme.node_maintenance FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY correction_inbox_auditor_all ON prme.correction_inbox FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY maintenance_settings_auditor_all ON prme.maintenance_settings FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY maintenance_patches_auditor_all ON prme.maintenance_patches FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY patch_ops_auditor_all ON prme.patch_ops FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY snapshot_generations_auditor_all ON prme.snapshot_generations FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY snapshot_heads_auditor_all ON prme.snapshot_heads FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY snapshot_history_auditor_all ON prme.snapshot_history FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY operations_auditor_all ON prme.operations FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY operation_events_auditor_all ON prme.operation_events FOR SELECT TO prme_auditor USING (TRUE);
+CREATE POLICY operation_parts_auditor_all ON prme.operation_parts FOR SELECT TO prme_auditor USING (TRUE);
 
 -- >>> sql/postgres/030_validation.sql: no literal depends on standard_conforming_strings
 
@@ -502,4 +688,4 @@ COMMENT ON FUNCTION prme._plan_parts(text, integer) IS
 'Internal: cuts content into parts of at most token_budget words_v1 tokens: token and character ranges '
 '(half-open, 0-based) that cover the whole text in order.';
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (10, 'hostile_callers', 'aed58508baf2e8c4c90394310e70bedc04db4a2ccda941d413d43cf871014da4');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (10, 'hostile_callers', '2aa008ab13c3a265f6b94b0ee7f7635a4a79287bca6305e3188aafa30146234a');
