@@ -4,6 +4,8 @@
 --     may set: it reads the owners bound to the reading role in the new prme.reader_bindings
 --     (none until a DBA binds some), and the new role prme_auditor reads every owner
 --     (docs/SECURITY.md).
+--   * verify_journal reports, and journal_records exports, journal records whose node row is gone
+--     (node_missing), which both missed because they started from prme.nodes.
 --   * API functions no longer depend on the caller's standard_conforming_strings (E'' literals).
 -- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0010_hostile_callers.sql
 -- (or prme-pg migrate). Run it as a superuser or a role with CREATEROLE (it creates prme_auditor
@@ -191,6 +193,171 @@ CREATE POLICY snapshot_history_auditor_all ON prme.snapshot_history FOR SELECT T
 CREATE POLICY operations_auditor_all ON prme.operations FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY operation_events_auditor_all ON prme.operation_events FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY operation_parts_auditor_all ON prme.operation_parts FOR SELECT TO prme_auditor USING (TRUE);
+
+-- >>> sql/postgres/060_journal.sql: journal records without their node are reported and exported
+
+CREATE OR REPLACE FUNCTION prme.verify_journal(user_id text)
+RETURNS TABLE (node_id uuid, node_version bigint, problem text, detail text)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(verify_journal.user_id);
+    v_entry prme.journal;
+    v_doc jsonb;
+    v_node_id uuid;
+    v_expected_version bigint;
+    v_prev_checksum text;
+    v_prev_after jsonb;
+BEGIN
+    FOR v_entry IN
+        SELECT j.* FROM prme.journal AS j
+        WHERE j.user_id = v_user_id
+        ORDER BY j.node_id, j.node_version
+    LOOP
+        IF v_entry.node_id IS DISTINCT FROM v_node_id THEN
+            v_node_id := v_entry.node_id;
+            v_expected_version := 1;
+            v_prev_checksum := NULL;
+            v_prev_after := NULL;
+        END IF;
+        node_id := v_entry.node_id;
+        node_version := v_entry.node_version;
+
+        IF prme._sha256_hex(v_entry.record) <> v_entry.checksum THEN
+            problem := 'checksum_mismatch';
+            detail := 'sha256 of the stored record text differs from the stored checksum';
+            RETURN NEXT;
+        END IF;
+
+        v_doc := prme._parse_record(v_entry.record);
+        IF v_doc IS NULL OR jsonb_typeof(v_doc) <> 'object' THEN
+            problem := 'malformed_record';
+            detail := 'the stored record text is not a JSON object';
+            RETURN NEXT;
+        ELSE
+            IF v_doc ->> 'node_id' IS DISTINCT FROM v_entry.node_id::text
+               OR v_doc ->> 'user_id' IS DISTINCT FROM v_entry.user_id
+               OR v_doc ->> 'op' IS DISTINCT FROM v_entry.op
+               OR v_doc ->> 'version' IS DISTINCT FROM v_entry.record_version::text
+               OR v_doc ->> 'operation_id' IS DISTINCT FROM v_entry.operation_id::text
+               OR v_doc ->> 'evidence_id' IS DISTINCT FROM v_entry.evidence_id::text
+               OR v_doc -> 'after' ->> 'version' IS DISTINCT FROM v_entry.node_version::text
+               OR (v_entry.record_version = 2 AND (
+                   v_doc ->> 'request_id' IS DISTINCT FROM v_entry.request_id::text
+                   OR v_doc ->> 'prev_checksum' IS DISTINCT FROM v_entry.prev_checksum))
+            THEN
+                problem := 'column_mismatch';
+                detail := 'a column of the journal row disagrees with its record';
+                RETURN NEXT;
+            END IF;
+            IF (v_doc -> 'before') IS DISTINCT FROM coalesce(v_prev_after, 'null'::jsonb) THEN
+                problem := 'continuity_break';
+                detail := 'before differs from the after of the previous record of this node';
+                RETURN NEXT;
+            END IF;
+            v_prev_after := v_doc -> 'after';
+        END IF;
+
+        IF v_entry.node_version <> v_expected_version THEN
+            problem := 'version_gap';
+            detail := format('expected node version %s', v_expected_version);
+            RETURN NEXT;
+        END IF;
+        IF v_entry.record_version = 2 AND v_entry.prev_checksum IS DISTINCT FROM v_prev_checksum THEN
+            problem := 'chain_break';
+            detail := format('prev_checksum %s does not name the previous record %s',
+                coalesce(v_entry.prev_checksum, 'null'), coalesce(v_prev_checksum, 'null'));
+            RETURN NEXT;
+        END IF;
+        v_expected_version := v_entry.node_version + 1;
+        v_prev_checksum := v_entry.checksum;
+    END LOOP;
+
+    -- The head of each chain must be the record the node row points at; this
+    -- catches a deleted newest record, which no later link would reveal.
+    RETURN QUERY
+    SELECT n.id, n.version, 'head_mismatch'::text,
+        format('node points at %s, newest record is %s', n.last_checksum, coalesce(h.checksum, 'missing'))
+    FROM prme.nodes AS n
+    LEFT JOIN LATERAL (
+        SELECT j.checksum, j.node_version FROM prme.journal AS j
+        WHERE j.user_id = n.user_id AND j.node_id = n.id
+        ORDER BY j.node_version DESC
+        LIMIT 1
+    ) AS h ON TRUE
+    WHERE n.user_id = v_user_id
+      AND (h.checksum IS DISTINCT FROM n.last_checksum OR h.node_version IS DISTINCT FROM n.version);
+
+    -- Records whose node row is gone: their chain may still verify, so only the
+    -- missing row shows that a node was deleted. Reported at the newest record.
+    RETURN QUERY
+    SELECT j.node_id, max(j.node_version), 'node_missing'::text,
+        format('no node row for its %s journal record(s)', count(*))
+    FROM prme.journal AS j
+    WHERE j.user_id = v_user_id
+      AND NOT EXISTS (SELECT FROM prme.nodes AS n WHERE n.user_id = j.user_id AND n.id = j.node_id)
+    GROUP BY j.node_id
+    ORDER BY j.node_id;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.verify_journal(text) IS
+'Checks every journal record of one owner: checksum over the stored text, columns against the record, '
+'version sequence, hash chain (v2), before/after continuity, that each node points at its newest record, and '
+'that every chain has its node. Returns one row per problem; no rows means the journal verifies.';
+
+-- >>> sql/postgres/160_journal_records.sql: journal records without their node are reported and exported
+
+CREATE OR REPLACE FUNCTION prme.journal_records(user_id text)
+RETURNS TABLE (
+    node_id uuid,
+    version bigint,
+    last_checksum text,
+    node_version bigint,
+    record_version smallint,
+    op text,
+    operation_id uuid,
+    request_id uuid,
+    evidence_id uuid,
+    record text,
+    checksum text,
+    prev_checksum text
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(journal_records.user_id);
+BEGIN
+    -- One row per record; a node without records appears once with NULL record
+    -- columns, a record without its node with NULL node columns (version, last_checksum).
+    RETURN QUERY
+    SELECT n.id, n.version, n.last_checksum, j.node_version, j.record_version, j.op, j.operation_id,
+        j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum
+    FROM prme.nodes AS n
+    LEFT JOIN prme.journal AS j ON j.user_id = n.user_id AND j.node_id = n.id
+    WHERE n.user_id = v_user_id
+    UNION ALL
+    SELECT j.node_id, NULL, NULL, j.node_version, j.record_version, j.op, j.operation_id,
+        j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum
+    FROM prme.journal AS j
+    WHERE j.user_id = v_user_id
+      AND NOT EXISTS (SELECT FROM prme.nodes AS n WHERE n.user_id = j.user_id AND n.id = j.node_id)
+    ORDER BY 1, 4;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.journal_records(text) IS
+'Every journal record of user_id with its node''s head (version, last_checksum), in chain order, for '
+'verification outside the database. Nodes without records appear once with NULL record columns, records '
+'without their node with NULL version and last_checksum.';
 
 -- >>> sql/postgres/030_validation.sql: no literal depends on standard_conforming_strings
 
@@ -688,4 +855,4 @@ COMMENT ON FUNCTION prme._plan_parts(text, integer) IS
 'Internal: cuts content into parts of at most token_budget words_v1 tokens: token and character ranges '
 '(half-open, 0-based) that cover the whole text in order.';
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (10, 'hostile_callers', '2aa008ab13c3a265f6b94b0ee7f7635a4a79287bca6305e3188aafa30146234a');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (10, 'hostile_callers', 'e42aba24829f01e4315160a464b4247ae63af5a0a596471466b099d32c1ec3e6');
