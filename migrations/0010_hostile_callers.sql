@@ -7,6 +7,10 @@
 --   * verify_journal reports, and journal_records exports, journal records whose node row is gone
 --     (node_missing), which both missed because they started from prme.nodes.
 --   * API functions no longer depend on the caller's standard_conforming_strings (E'' literals).
+--   * Calls whose work grew with their arguments are bounded, PR422 beyond (docs/SECURITY.md,
+--     "Limits"): link_correction's candidates hold at most 1 MiB of content, is_correction's
+--     message at most 64 KiB, a recall query at most 1024 distinct lexemes, apply_patch at most
+--     10000 op ids, canonical_json and payload_hash at most 1 MiB.
 -- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0010_hostile_callers.sql
 -- (or prme-pg migrate). Run it as a superuser or a role with CREATEROLE (it creates prme_auditor
 -- when missing). It replaces functions and policies and adds one empty table: catalog locks only,
@@ -194,7 +198,8 @@ CREATE POLICY operations_auditor_all ON prme.operations FOR SELECT TO prme_audit
 CREATE POLICY operation_events_auditor_all ON prme.operation_events FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY operation_parts_auditor_all ON prme.operation_parts FOR SELECT TO prme_auditor USING (TRUE);
 
--- >>> sql/postgres/060_journal.sql: journal records without their node are reported and exported
+-- >>> sql/postgres/060_journal.sql: journal records without their node are reported and
+-- exported
 
 CREATE OR REPLACE FUNCTION prme.verify_journal(user_id text)
 RETURNS TABLE (node_id uuid, node_version bigint, problem text, detail text)
@@ -310,7 +315,8 @@ COMMENT ON FUNCTION prme.verify_journal(text) IS
 'version sequence, hash chain (v2), before/after continuity, that each node points at its newest record, and '
 'that every chain has its node. Returns one row per problem; no rows means the journal verifies.';
 
--- >>> sql/postgres/160_journal_records.sql: journal records without their node are reported and exported
+-- >>> sql/postgres/160_journal_records.sql: journal records without their node are reported and
+-- exported
 
 CREATE OR REPLACE FUNCTION prme.journal_records(user_id text)
 RETURNS TABLE (
@@ -446,7 +452,9 @@ COMMENT ON FUNCTION prme._valid_ref(text, text) IS
 'Internal: returns value (NULL allowed) when it is a valid external reference such as profile_id or thread_id '
 '(1 to 256 characters, no control characters or surrounding spaces), else raises PR422.';
 
--- >>> sql/postgres/220_correction_linking.sql: no literal depends on standard_conforming_strings
+-- >>> sql/postgres/220_correction_linking.sql: E'' literals; is_correction takes at most 64
+-- KiB; link_correction compares at most 1 MiB of candidate content, tokenising each candidate
+-- once, in time linear in the tokens
 
 CREATE OR REPLACE FUNCTION prme.is_correction(message text)
 RETURNS boolean
@@ -456,11 +464,19 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    -- Typographic apostrophes as ASCII, runs of blanks as one space, lower case.
-    v_text text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), E'\\s+', ' ', 'g'));
+    v_text text;
     -- The start of the message, or of a sentence or clause within it.
     v_start constant text := E'(^|[.!?;:,] ?)\\s*';
 BEGIN
+    -- Bounded like every message: the regular expressions below read it seven times.
+    IF octet_length(message) > 65536 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'message must be at most 65536 bytes',
+            DETAIL = format('got %s bytes', octet_length(message));
+    END IF;
+    -- Typographic apostrophes as ASCII, runs of blanks as one space, lower case.
+    v_text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), E'\\s+', ' ', 'g'));
     RETURN
         -- "don't …", "do not …", "never …", "always …", "stop …", optionally after "please"
         v_text ~ (v_start || E'(please )?(don''?t|do not|never|always|stop|quit)\\M')
@@ -482,9 +498,239 @@ $$;
 COMMENT ON FUNCTION prme.is_correction(text) IS
 'True when a message uses explicit correction phrasing: "don''t …", "do not …", "no, …", "actually …", '
 '"stop …", "prefer X over Y", "never …"/"always …" (opening a sentence, or after you/I/we), "that''s wrong", '
-'"I told you …". A heuristic for routing messages to link_correction; it reads nothing.';
+'"I told you …". A heuristic for routing messages to link_correction; it reads nothing. PR422 for a message over '
+'64 KiB.';
 
--- >>> sql/postgres/310_recall.sql: no literal depends on standard_conforming_strings
+CREATE OR REPLACE FUNCTION prme.link_correction(
+    user_id text,
+    message text,
+    candidate_node_ids uuid[],
+    thread_id text DEFAULT NULL
+)
+RETURNS TABLE (status text, node_id uuid, outcome_id uuid, inbox_id uuid, matches jsonb)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(link_correction.user_id);
+    v_message text := prme._valid_content(link_correction.message);
+    v_thread_id text := prme._valid_ref('thread_id', link_correction.thread_id);
+    v_tokens text[];
+    v_token_set jsonb;
+    v_candidate_bytes bigint;
+    v_matched uuid[];
+    v_node prme.nodes;
+    v_outcome prme.outcomes;
+    v_inbox_id uuid;
+BEGIN
+    IF link_correction.candidate_node_ids IS NULL
+       OR cardinality(link_correction.candidate_node_ids) > 1000
+       OR array_position(link_correction.candidate_node_ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422', MESSAGE = 'candidate_node_ids must be an array of at most 1000 non-null ids';
+    END IF;
+    -- The work is tokenising the candidates: at most 1 MiB of their content per call
+    -- (only the owner's active candidates count; others are ignored, as below).
+    SELECT coalesce(sum(octet_length(n.content)), 0) INTO v_candidate_bytes
+    FROM prme.nodes AS n
+    WHERE n.user_id = v_user_id
+      AND n.id = ANY(link_correction.candidate_node_ids)
+      AND n.lifecycle_state = 'active';
+    IF v_candidate_bytes > 1048576 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'the candidates'' content must be at most 1 MiB in all: pass fewer candidates',
+            DETAIL = format('got %s bytes', v_candidate_bytes);
+    END IF;
+    v_tokens := prme._correction_tokens(v_message);
+    -- The message's tokens as jsonb keys: each candidate token is one binary search.
+    v_token_set := (SELECT jsonb_object_agg(t.token, TRUE) FROM unnest(v_tokens) AS t (token));
+
+    -- Overlap of the message with every active candidate of this owner; the match
+    -- test is exact integer arithmetic: 100 * shared >= 45 * smaller. OFFSET 0 keeps
+    -- each level apart, so a candidate is tokenised once, not once per use.
+    SELECT
+        coalesce(array_agg(c.id ORDER BY c.shared::numeric / c.smaller DESC, c.id), '{}'),
+        coalesce(jsonb_agg(
+            jsonb_build_object('node_id', c.id, 'overlap', round(c.shared::numeric / c.smaller, 4))
+            ORDER BY c.shared::numeric / c.smaller DESC, c.id
+        ), '[]')
+    INTO v_matched, matches
+    FROM (
+        SELECT
+            n.id,
+            (SELECT count(*) FROM unnest(t.tokens) AS x (token) WHERE v_token_set ? x.token) AS shared,
+            least(cardinality(t.tokens), cardinality(v_tokens)) AS smaller
+        FROM prme.nodes AS n
+        CROSS JOIN LATERAL (SELECT prme._correction_tokens(n.content) AS tokens OFFSET 0) AS t
+        WHERE n.user_id = v_user_id
+          AND n.id = ANY(link_correction.candidate_node_ids)
+          AND n.lifecycle_state = 'active'
+        OFFSET 0
+    ) AS c
+    WHERE c.smaller > 0 AND 100 * c.shared >= 45 * c.smaller;
+
+    IF cardinality(v_matched) = 1 THEN
+        -- Share-lock the one match and re-check it under the lock (it may have been
+        -- archived or contested since we read it).
+        SELECT n.* INTO v_node
+        FROM prme.nodes AS n
+        WHERE n.user_id = v_user_id AND n.id = v_matched[1]
+        FOR KEY SHARE;
+        IF v_node.lifecycle_state = 'active' THEN
+            v_outcome := prme._add_outcome(
+                v_user_id, v_node.id, 'explicit_correction', NULL, NULL, v_thread_id, v_message, NULL,
+                'link_correction', v_node.version, now()
+            );
+            status := 'linked';
+            node_id := v_node.id;
+            outcome_id := v_outcome.id;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        v_matched := '{}';
+        matches := '[]';
+    END IF;
+
+    v_inbox_id := gen_random_uuid();
+    INSERT INTO prme.correction_inbox (
+        user_id, id, message, thread_id, candidate_node_ids, matched_node_ids, reason, created_at
+    ) VALUES (
+        v_user_id, v_inbox_id, v_message, v_thread_id, link_correction.candidate_node_ids, v_matched,
+        CASE WHEN cardinality(v_matched) >= 2 THEN 'ambiguous' ELSE 'no_match' END, now()
+    );
+    status := CASE WHEN cardinality(v_matched) >= 2 THEN 'ambiguous' ELSE 'unmatched' END;
+    inbox_id := v_inbox_id;
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.link_correction(text, text, uuid[], text) IS
+'Links a correction message of user_id to the one candidate memory it overlaps (token overlap >= 0.45 over '
+'active candidates; see docs/MAINTENANCE.md): status linked with the explicit_correction outcome appended, or '
+'unmatched / ambiguous with the message put in the correction inbox and nothing appended. matches lists the '
+'matching candidates with their overlap. PR422 for an empty message, more than 1000 candidates, or active '
+'candidates holding more than 1 MiB of content in all.';
+
+-- >>> sql/postgres/260_patches.sql: apply_patch takes at most 10000 op ids and looks each up,
+-- instead of testing every op of the patch against every id
+
+CREATE OR REPLACE FUNCTION prme.apply_patch(
+    user_id text,
+    patch_id uuid,
+    op_ids text[] DEFAULT NULL,
+    mode text DEFAULT 'manual'
+)
+RETURNS TABLE (op_id text, op text, node_id uuid, status text, detail text, node_version bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(apply_patch.user_id);
+    v_ids text[];
+    v_missing text[];
+    v_op_nos integer[];
+    v_op prme.patch_ops;
+    v_result record;
+BEGIN
+    IF apply_patch.patch_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'patch_id must not be null';
+    END IF;
+    IF apply_patch.mode IS NULL OR apply_patch.mode NOT IN ('manual', 'auto') THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'mode must be manual or auto';
+    END IF;
+    IF apply_patch.mode = 'manual' THEN
+        IF apply_patch.op_ids IS NULL OR array_position(apply_patch.op_ids, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR422', MESSAGE = 'manual mode applies the selected ops: op_ids must list them';
+        END IF;
+        IF cardinality(apply_patch.op_ids) > 10000
+           OR (SELECT max(length(x.id)) FROM unnest(apply_patch.op_ids) AS x (id)) > 64 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR422', MESSAGE = 'op_ids must list at most 10000 op ids of at most 64 characters';
+        END IF;
+        v_ids := ARRAY(SELECT DISTINCT x.id FROM unnest(apply_patch.op_ids) AS x (id));
+    ELSIF apply_patch.op_ids IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422', MESSAGE = 'auto mode chooses its ops: op_ids must be null';
+    END IF;
+
+    PERFORM FROM prme.maintenance_patches AS p WHERE p.user_id = v_user_id AND p.id = apply_patch.patch_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'patch not found';
+    END IF;
+    -- The chosen ops by number: a manual selection looks each listed id up (so the
+    -- work grows with the ids given, not with their product with the patch's ops).
+    IF apply_patch.mode = 'manual' THEN
+        SELECT
+            array_agg(x.id ORDER BY x.id) FILTER (WHERE o.op_no IS NULL),
+            array_agg(o.op_no) FILTER (WHERE o.op_no IS NOT NULL)
+        INTO v_missing, v_op_nos
+        FROM unnest(v_ids) AS x (id)
+        LEFT JOIN prme.patch_ops AS o
+            ON o.user_id = v_user_id AND o.patch_id = apply_patch.patch_id AND o.op_id = x.id;
+        IF v_missing IS NOT NULL THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR404', MESSAGE = 'operation not found in this patch',
+                DETAIL = format('unknown op_ids: %s%s', array_to_string(v_missing[1:20], ', '),
+                    CASE WHEN cardinality(v_missing) > 20 THEN format(' and %s more', cardinality(v_missing) - 20) END);
+        END IF;
+    ELSE
+        v_op_nos := ARRAY(
+            SELECT o.op_no FROM prme.patch_ops AS o
+            WHERE o.user_id = v_user_id AND o.patch_id = apply_patch.patch_id
+              AND (o.op = 'decay_confidence' OR (o.recommendation = 'increase_stability' AND NOT o.requires_review))
+        );
+    END IF;
+
+    -- Lock the chosen ops in op order (which is memory order, so concurrent applies
+    -- of overlapping patches lock memories in the same order). A second apply of
+    -- the same ops waits here and then sees them applied.
+    FOR v_op IN
+        SELECT o.*
+        FROM prme.patch_ops AS o
+        WHERE o.user_id = v_user_id
+          AND o.patch_id = apply_patch.patch_id
+          AND o.op_no = ANY(v_op_nos)
+        ORDER BY o.op_no
+        FOR UPDATE
+    LOOP
+        op_id := v_op.op_id;
+        op := v_op.op;
+        node_id := v_op.node_id;
+        IF v_op.applied_at IS NOT NULL THEN
+            status := 'already_applied';
+            detail := format('applied at %s in %s mode', v_op.applied_at, v_op.applied_mode);
+            node_version := v_op.applied_version;
+        ELSE
+            v_result := prme._apply_patch_op(v_op);
+            status := v_result.status;
+            detail := v_result.detail;
+            node_version := v_result.node_version;
+            IF v_result.status = 'applied' THEN
+                UPDATE prme.patch_ops AS o SET
+                    applied_at = now(),
+                    applied_mode = apply_patch.mode,
+                    applied_version = v_result.node_version
+                WHERE o.user_id = v_user_id AND o.patch_id = v_op.patch_id AND o.op_no = v_op.op_no;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.apply_patch(text, uuid, text[], text) IS
+'Applies ops of a maintenance patch of user_id. manual: exactly the ops listed in op_ids (at most 10000 ids of at '
+'most 64 characters; PR404 if one is not in the patch); auto (op_ids null): decay ops and stability increases that need no review, never a decrease or '
+'mark_contested. One row per op considered: status applied, already_applied or stale (the memory changed since '
+'the proposal; nothing written). Each op applies at most once, also under concurrent calls.';
+
+-- >>> sql/postgres/310_recall.sql: E'' literals; a query has at most 1024 distinct lexemes
 
 CREATE OR REPLACE FUNCTION prme._any_lexeme_query(lexemes text[])
 RETURNS tsquery
@@ -511,7 +757,157 @@ $$;
 COMMENT ON FUNCTION prme._any_lexeme_query(text[]) IS
 'Internal: a tsquery matching any of the given (already normalised) lexemes; NULL for none.';
 
--- >>> sql/postgres/400_jcs.sql: no literal depends on standard_conforming_strings
+CREATE OR REPLACE FUNCTION prme.recall(
+    user_id text,
+    query text DEFAULT NULL,
+    scopes text[] DEFAULT NULL,
+    max_count integer DEFAULT 10,
+    as_of timestamptz DEFAULT now()
+)
+RETURNS TABLE (
+    rank integer,
+    score double precision,
+    relevance double precision,
+    effective_salience double precision,
+    effective_confidence double precision,
+    id uuid,
+    namespace text,
+    scope text,
+    kind text,
+    content text,
+    lifecycle_state text,
+    decay_profile text,
+    confidence_base numeric,
+    salience_base numeric,
+    reinforcement_boost numeric,
+    last_reinforced_at timestamptz,
+    created_at timestamptz,
+    updated_at timestamptz,
+    version bigint
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(recall.user_id);
+    v_scopes text[] := prme._valid_scopes(recall.scopes);
+    v_as_of timestamptz := prme._valid_timestamp('as_of', coalesce(recall.as_of, now()));
+    v_lexemes text[];
+    v_lexeme_count integer;
+    v_query tsquery;
+BEGIN
+    IF recall.max_count IS NULL OR recall.max_count NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 1000';
+    END IF;
+    IF octet_length(recall.query) > 65536 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'query must be at most 65536 bytes',
+            DETAIL = format('got %s bytes', octet_length(recall.query));
+    END IF;
+
+    IF recall.query IS NULL OR btrim(recall.query, E' \t\n\r\f\v') = '' THEN
+        -- No query: every recallable memory of the owner matches; strength ranks alone.
+        RETURN QUERY
+        SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
+            r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
+            r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
+            r.last_reinforced_at, r.created_at, r.updated_at, r.version
+        FROM (
+            SELECT s.* FROM (
+                SELECT d.*, d.relevance * (0.5 + 0.25 * d.effective_salience + 0.25 * d.effective_confidence) AS score
+                FROM (
+                    SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
+                        n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
+                        n.created_at, n.updated_at, n.version, 1.0::double precision AS relevance,
+                        prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
+                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
+                        ) AS effective_salience,
+                        prme._effective_confidence(n.confidence_base, n.decay_profile,
+                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
+                        ) AS effective_confidence
+                    FROM prme.nodes AS n
+                    WHERE n.user_id = v_user_id
+                      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+                      AND (v_scopes IS NULL OR n.scope = ANY (v_scopes))
+                    OFFSET 0  -- a level of its own: each effective value is computed once per row
+                ) AS d
+            ) AS s
+            ORDER BY s.score DESC, s.id
+            LIMIT recall.max_count
+        ) AS r
+        ORDER BY r.score DESC, r.id;
+        RETURN;
+    END IF;
+
+    v_lexemes := prme._owner_lexemes(v_user_id, recall.query);
+    v_lexeme_count := cardinality(v_lexemes);
+    -- Each matching memory is scored against every lexeme: bound them, so a call's
+    -- work grows with the owner's matches, not with the length of the query.
+    IF v_lexeme_count > 1024 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'query must have at most 1024 distinct search terms',
+            DETAIL = format('got %s', v_lexeme_count);
+    END IF;
+    IF v_lexeme_count = 0 THEN
+        RETURN;  -- only stop words and punctuation: nothing can match
+    END IF;
+    v_query := prme._any_lexeme_query(v_lexemes);
+
+    -- Same shape as above, plus the match and relevance: the memory's lexemes that
+    -- are in the query, i.e. all of them minus the rest. The query's lexemes carry
+    -- the owner's key, so the GIN index on search finds this owner's matches alone;
+    -- the owner test stays outside the inner level, as a recheck (two owners whose
+    -- keys collided would share postings), so the planner does not also scan the
+    -- owner's rows in the primary key to intersect them.
+    RETURN QUERY
+    SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
+        r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
+        r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
+        r.last_reinforced_at, r.created_at, r.updated_at, r.version
+    FROM (
+        SELECT s.* FROM (
+            SELECT d.*, d.relevance * (0.5 + 0.25 * d.effective_salience + 0.25 * d.effective_confidence) AS score
+            FROM (
+                SELECT n.user_id, n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
+                    n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
+                    n.created_at, n.updated_at, n.version,
+                    (length(n.search) - length(ts_delete(n.search, v_lexemes)))::double precision
+                    / v_lexeme_count AS relevance,
+                    prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
+                    ) AS effective_salience,
+                    prme._effective_confidence(n.confidence_base, n.decay_profile,
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
+                    ) AS effective_confidence
+                FROM prme.nodes AS n
+                WHERE n.search @@ v_query
+                  AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+                  AND (v_scopes IS NULL OR n.scope = ANY (v_scopes))
+                OFFSET 0  -- a level of its own: each effective value is computed once per row
+            ) AS d
+            WHERE d.user_id = v_user_id
+        ) AS s
+        ORDER BY s.score DESC, s.id
+        LIMIT recall.max_count
+    ) AS r
+    ORDER BY r.score DESC, r.id;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) IS
+'Full-text recall over the memories of user_id, best first: relevance (share of the query''s lexemes the memory '
+'has) times 0.5 + 0.25 * effective_salience + 0.25 * effective_confidence at as_of (default now; NULL means now), '
+'ties by id. A NULL or blank query ranks every memory by strength alone. scopes (NULL = all) filters; max_count is '
+'1..1000; the query is at most 64 KiB with at most 1024 distinct lexemes. Archived and deprecated memories are '
+'excluded. Nothing is written. See docs/RECALL.md.';
+
+-- >>> sql/postgres/400_jcs.sql: E'' literals; canonical_json and payload_hash take at most 1
+-- MiB
 
 CREATE OR REPLACE FUNCTION prme._sha1(data bytea)
 RETURNS bytea
@@ -772,6 +1168,51 @@ $$;
 COMMENT ON FUNCTION prme._jcs(jsonb) IS
 'Internal: the RFC 8785 canonical text of a JSON value (see prme.canonical_json).';
 
+CREATE OR REPLACE FUNCTION prme.canonical_json(value jsonb)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must not be null';
+    END IF;
+    -- The same bound as a ledger payload's: canonicalising is linear work in PL/pgSQL.
+    IF pg_column_size(value) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must be at most 1 MiB';
+    END IF;
+    RETURN prme._jcs(value);
+END;
+$$;
+
+COMMENT ON FUNCTION prme.canonical_json(jsonb) IS
+'The RFC 8785 (JCS) canonical text of a JSON value: keys in UTF-16 order, minimal escapes, numbers as '
+'ECMAScript writes doubles. PR422 for a number out of double range or a value over 1 MiB.';
+
+CREATE OR REPLACE FUNCTION prme.payload_hash(payload jsonb)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF payload IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must not be null';
+    END IF;
+    IF pg_column_size(payload) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be at most 1 MiB';
+    END IF;
+    RETURN prme._sha256_hex(prme._jcs(payload));
+END;
+$$;
+
+COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
+'sha256 (lowercase hex) of the RFC 8785 canonical UTF-8 text of payload: the payload_hash that '
+'prme.submit_operation expects. PR422 for a payload over 1 MiB.';
+
 -- >>> sql/postgres/440_run_operations.sql: no literal depends on standard_conforming_strings
 
 CREATE OR REPLACE FUNCTION prme._payload_time(payload jsonb, field text)
@@ -855,4 +1296,4 @@ COMMENT ON FUNCTION prme._plan_parts(text, integer) IS
 'Internal: cuts content into parts of at most token_budget words_v1 tokens: token and character ranges '
 '(half-open, 0-based) that cover the whole text in order.';
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (10, 'hostile_callers', 'e42aba24829f01e4315160a464b4247ae63af5a0a596471466b099d32c1ec3e6');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (10, 'hostile_callers', '7bb669e05917e998ce0aa84297bdf43c304eb2b1baeebcaaaf9a18cbbad29323');

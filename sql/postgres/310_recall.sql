@@ -163,6 +163,14 @@ BEGIN
 
     v_lexemes := prme._owner_lexemes(v_user_id, recall.query);
     v_lexeme_count := cardinality(v_lexemes);
+    -- Each matching memory is scored against every lexeme: bound them, so a call's
+    -- work grows with the owner's matches, not with the length of the query.
+    IF v_lexeme_count > 1024 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'query must have at most 1024 distinct search terms',
+            DETAIL = format('got %s', v_lexeme_count);
+    END IF;
     IF v_lexeme_count = 0 THEN
         RETURN;  -- only stop words and punctuation: nothing can match
     END IF;
@@ -213,7 +221,8 @@ COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) IS
 'Full-text recall over the memories of user_id, best first: relevance (share of the query''s lexemes the memory '
 'has) times 0.5 + 0.25 * effective_salience + 0.25 * effective_confidence at as_of (default now; NULL means now), '
 'ties by id. A NULL or blank query ranks every memory by strength alone. scopes (NULL = all) filters; max_count is '
-'1..1000. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
+'1..1000; the query is at most 64 KiB with at most 1024 distinct lexemes. Archived and deprecated memories are '
+'excluded. Nothing is written. See docs/RECALL.md.';
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 GRANT EXECUTE ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) TO prme_app;

@@ -381,13 +381,17 @@ BEGIN
     IF value IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must not be null';
     END IF;
+    -- The same bound as a ledger payload's: canonicalising is linear work in PL/pgSQL.
+    IF pg_column_size(value) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must be at most 1 MiB';
+    END IF;
     RETURN prme._jcs(value);
 END;
 $$;
 
 COMMENT ON FUNCTION prme.canonical_json(jsonb) IS
 'The RFC 8785 (JCS) canonical text of a JSON value: keys in UTF-16 order, minimal escapes, numbers as '
-'ECMAScript writes doubles. PR422 for a number out of double range.';
+'ECMAScript writes doubles. PR422 for a number out of double range or a value over 1 MiB.';
 
 CREATE FUNCTION prme.payload_hash(payload jsonb)
 RETURNS text
@@ -400,13 +404,16 @@ BEGIN
     IF payload IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must not be null';
     END IF;
+    IF pg_column_size(payload) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be at most 1 MiB';
+    END IF;
     RETURN prme._sha256_hex(prme._jcs(payload));
 END;
 $$;
 
 COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
 'sha256 (lowercase hex) of the RFC 8785 canonical UTF-8 text of payload: the payload_hash that '
-'prme.submit_operation expects.';
+'prme.submit_operation expects. PR422 for a payload over 1 MiB.';
 
 GRANT EXECUTE ON FUNCTION prme.derived_id(uuid) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.canonical_json(jsonb) TO prme_app;
