@@ -579,8 +579,13 @@ def cmd_journal_head(args: argparse.Namespace, console: Console) -> int:
     head = journal_head(args.user, records)
     document = head.to_document()
     if output is not None:
-        with output.open("x", encoding="utf-8") as file:  # "x": never replace an anchor
-            file.write(json.dumps(document, indent=2) + "\n")
+        try:
+            with output.open("x", encoding="utf-8") as file:  # "x": never replace an anchor
+                file.write(json.dumps(document, indent=2) + "\n")
+        except FileExistsError:
+            raise PrmeError(f"{output} exists: a head is never overwritten; choose another file") from None
+        except OSError as exc:
+            raise PrmeError(f"cannot write {output}: {exc.strerror or exc}") from None
     if args.json:
         _print_json(document)
     else:

@@ -89,6 +89,9 @@ def test_a_head_is_never_overwritten(db_dsn: str, tmp_path: Path, capsys: pytest
     assert cli.main(["journal", "head", "--dsn", db_dsn, "--user", "alice", "--output", str(head)]) == 1
     assert "exists" in capsys.readouterr().err
     assert head.read_text() == "an older anchor"
+    nowhere = tmp_path / "no such folder" / "head.json"
+    assert cli.main(["journal", "head", "--dsn", db_dsn, "--user", "alice", "--output", str(nowhere)]) == 1
+    assert "cannot write" in capsys.readouterr().err
 
 
 def test_a_damaged_or_foreign_head_is_refused_in_one_line(
