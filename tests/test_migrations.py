@@ -209,9 +209,9 @@ def test_migrations_and_sql_directory_build_the_same_catalog(pg_server: testing.
     assert from_sql["functions"], "snapshot must not be empty"
 
 
-# -- 0010_hostile_callers: the upgrade from the release before it loses nothing ----------
+# -- 0011_hostile_callers: the upgrade from the release before it loses nothing ----------
 
-FILL_0009 = """
+FILL_BEFORE = """
 SELECT prme.add_event('alice', 'alice said so', event_id => 'eeeeeeee-0000-4000-8000-000000000001');
 SELECT prme.add_node('alice', 'alice prefers green tea over coffee', node_id => 'aaaaaaaa-0000-4000-8000-000000000001');
 SELECT prme.add_node('alice', 'alice lives in Lyon', node_id => 'aaaaaaaa-0000-4000-8000-000000000002');
@@ -248,7 +248,7 @@ def _reader_sees(conn: psycopg.Connection[Any], role: str, setting: str = "") ->
 
 
 def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -> None:
-    """A database filled through the release before 0010 upgrades with every row kept as it
+    """A database filled through the release before 0011 upgrades with every row kept as it
     was, its journals clean, its keys still replaying, and readers bound from then on."""
     every = migrations.load_migrations()
     target = next(m.version for m in every if m.name == "hostile_callers")
@@ -256,7 +256,7 @@ def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -
     try:
         with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
             migrations.migrate(conn, [m for m in every if m.version < target])
-            conn.execute(FILL_0009.encode())
+            conn.execute(FILL_BEFORE.encode())
             conn.execute(
                 "SELECT prme.submit_operation('alice', 'dddddddd-0000-4000-8000-000000000001', 2, 'add_event', '{}',"
                 ' prme.payload_hash(\'{"content": "queued"}\'), \'{"content": "queued"}\')'
@@ -266,7 +266,7 @@ def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -
             before, before_report = _rows(conn), conn.execute(report).fetchall()
             filled = ("nodes", "journal", "outcomes", "correction_inbox", "maintenance_patches", "snapshot_heads")
             assert all(before[table] for table in (*filled, "operations", "api_tokens")), "not vacuous"
-            assert _reader_sees(conn, "prme_reader", "bob") == {"bob": 1}, "the hole 0010 closes"
+            assert _reader_sees(conn, "prme_reader", "bob") == {"bob": 1}, "the hole 0011 closes"
 
             assert [m.version for m in migrations.migrate(conn, every)] == [
                 m.version for m in every if m.version >= target

@@ -23,13 +23,21 @@ from fastapi import APIRouter, FastAPI
 
 from .. import __version__
 from ..aio import AsyncMemoryClient
-from . import ledger, maintenance, nodes, ops, recall
+from . import console, ledger, maintenance, nodes, ops, recall, review
 from .problems import EXCEPTION_HANDLERS
 
 __all__ = ["ROUTERS", "create_app"]
 
-# In this order in the OpenAPI document.
-ROUTERS: tuple[APIRouter, ...] = (ops.router, nodes.router, recall.router, maintenance.router, ledger.router)
+# In this order in the OpenAPI document (the console's pages are not in it).
+ROUTERS: tuple[APIRouter, ...] = (
+    ops.router,
+    nodes.router,
+    review.router,
+    recall.router,
+    maintenance.router,
+    ledger.router,
+    console.router,
+)
 
 
 def create_app(client: AsyncMemoryClient) -> FastAPI:

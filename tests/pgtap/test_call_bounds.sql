@@ -4,13 +4,13 @@
 --
 -- Proves: link_correction compares at most 1 MiB of its candidates' content (the
 -- owner's active candidates only; others do not count), tokenising each candidate
--- once; is_correction takes at most 64 KiB; a recall query at most 1024 distinct
--- lexemes; apply_patch at most 10000 op ids of at most 64 characters, and says
+-- once; is_correction takes at most 64 KiB; a recall or find_nodes query at most
+-- 1024 distinct lexemes, find_nodes' lists at most 100 entries; apply_patch at most 10000 op ids of at most 64 characters, and says
 -- which are unknown in a bounded detail; canonical_json and payload_hash at most
 -- 1 MiB. Each limit is exact, and a refusal is PR422 and writes nothing.
 -- =============================================================================
 BEGIN;
-SELECT plan(21);
+SELECT plan(25);
 
 -- The DETAIL of the error a query raises (NULL when it raises none).
 CREATE FUNCTION pg_temp.detail_of(query text) RETURNS text LANGUAGE plpgsql AS $$
@@ -79,6 +79,18 @@ SELECT throws_ok(
 SELECT lives_ok(
     $$SELECT * FROM prme.recall('cb_alice', (SELECT string_agg('x1', ' ') FROM generate_series(1, 5000)))$$,
     '... counted after duplicates are merged');
+SELECT lives_ok(
+    $$SELECT * FROM prme.find_nodes('cb_alice', (SELECT string_agg('x' || g, ' ') FROM generate_series(1, 1024) AS g))$$,
+    'find_nodes takes a query of 1024 distinct lexemes');
+SELECT throws_ok(
+    $$SELECT * FROM prme.find_nodes('cb_alice', (SELECT string_agg('x' || g, ' ') FROM generate_series(1, 1025) AS g))$$,
+    'PR422', 'query must have at most 1024 distinct search terms', 'find_nodes refuses more');
+SELECT lives_ok(
+    $$SELECT * FROM prme.find_nodes('cb_alice', stabilities => array_fill('low'::text, ARRAY[100]))$$,
+    'find_nodes takes a list of 100 stabilities');
+SELECT throws_ok(
+    $$SELECT * FROM prme.find_nodes('cb_alice', lifecycle_states => array_fill('active'::text, ARRAY[101]))$$,
+    'PR422', NULL, 'find_nodes refuses a list of 101 lifecycle states');
 
 -- -----------------------------------------------------------------------------
 -- apply_patch
