@@ -75,6 +75,30 @@ $$;
 COMMENT ON FUNCTION prme._any_lexeme_query(text[]) IS
 'Internal: a tsquery matching any of the given (already normalised) lexemes; NULL for none.';
 
+CREATE FUNCTION prme._query_lexemes(user_id text, query text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lexemes text[] := prme._owner_lexemes(user_id, query);
+BEGIN
+    -- Each matching memory is scored against every lexeme: bound them, so a call's
+    -- work grows with the owner's matches, not with the length of the query.
+    IF cardinality(v_lexemes) > 1024 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'query must have at most 1024 distinct search terms',
+            DETAIL = format('got %s', cardinality(v_lexemes));
+    END IF;
+    RETURN v_lexemes;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._query_lexemes(text, text) IS
+'Internal: the owner-keyed lexemes of a search query (as nodes.search holds them); PR422 for more than 1024.';
+
 CREATE FUNCTION prme.recall(
     user_id text,
     query text DEFAULT NULL,
@@ -161,16 +185,8 @@ BEGIN
         RETURN;
     END IF;
 
-    v_lexemes := prme._owner_lexemes(v_user_id, recall.query);
+    v_lexemes := prme._query_lexemes(v_user_id, recall.query);
     v_lexeme_count := cardinality(v_lexemes);
-    -- Each matching memory is scored against every lexeme: bound them, so a call's
-    -- work grows with the owner's matches, not with the length of the query.
-    IF v_lexeme_count > 1024 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'query must have at most 1024 distinct search terms',
-            DETAIL = format('got %s', v_lexeme_count);
-    END IF;
     IF v_lexeme_count = 0 THEN
         RETURN;  -- only stop words and punctuation: nothing can match
     END IF;

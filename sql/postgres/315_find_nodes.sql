@@ -74,14 +74,7 @@ BEGIN
         RETURN;
     END IF;
 
-    v_lexemes := prme._owner_lexemes(v_user_id, find_nodes.query);
-    -- Bounded as recall's: every matching memory is ranked against each lexeme.
-    IF cardinality(v_lexemes) > 1024 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'query must have at most 1024 distinct search terms',
-            DETAIL = format('got %s', cardinality(v_lexemes));
-    END IF;
+    v_lexemes := prme._query_lexemes(v_user_id, find_nodes.query);
     IF cardinality(v_lexemes) = 0 THEN
         RETURN;  -- only stop words and punctuation: nothing can match
     END IF;
