@@ -14,7 +14,8 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from rich.console import Console
@@ -26,6 +27,11 @@ from .errors import InvalidInput, MigrationError, PrmeError
 from .learning import LearningQueue, LearningSync, queue_status, read_hook_document
 from .models import AppliedOp, MaintenancePatch
 from .outbox import LEDGER_KINDS
+
+if TYPE_CHECKING:
+    from .client import MemoryClient
+    from .journal import JournalHead
+    from .models import JournalIssue, JournalRecord
 
 __all__ = ["main"]
 
@@ -660,6 +666,131 @@ def cmd_hook(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+# -- journal: verify, and anchor outside the database (docs/JOURNAL.md) ------------------
+
+
+def _journal_client(args: argparse.Namespace) -> MemoryClient:
+    from .client import MemoryClient
+
+    if args.pack is not None:
+        return MemoryClient(Path(args.pack))  # a path is always a pack, never a DSN
+    return MemoryClient(_require_dsn(args), min_size=1, max_size=1)
+
+
+def _journal_findings(
+    memory: MemoryClient, user_id: str, head: JournalHead | None = None
+) -> tuple[list[JournalRecord], list[tuple[str, JournalIssue]]]:
+    """The owner's records, and every problem: the engine's own check, Python's independent
+    one, and (with a head) whether the journal still holds what the head anchored."""
+    from .journal import verify_against, verify_records
+
+    records, nodes = memory.journal_records(user_id=user_id)
+    findings = [("engine", issue) for issue in memory.verify_journal(user_id=user_id)]
+    findings += [("independent", issue) for issue in verify_records(records, nodes)]
+    if head is not None:
+        findings += [("anchor", issue) for issue in verify_against(head, records)]
+    return records, findings
+
+
+def _print_findings(console: Console, title: str, findings: list[tuple[str, JournalIssue]]) -> None:
+    table = Table(title=title)
+    for column in ("source", "node_id", "version", "problem", "detail"):
+        table.add_column(column)
+    for source, issue in findings:
+        table.add_row(source, str(issue.node_id), str(issue.node_version), issue.problem, escape(issue.detail))
+    console.print(table)
+
+
+def _findings_json(findings: list[tuple[str, JournalIssue]]) -> list[dict[str, Any]]:
+    return [{"source": source, **dataclasses.asdict(issue)} for source, issue in findings]
+
+
+def cmd_journal_head(args: argparse.Namespace, console: Console) -> int:
+    from .journal import journal_head
+
+    output = Path(args.output) if args.output else None
+    if output is not None and output.exists():
+        raise PrmeError(f"{output} exists: a head is never overwritten; choose another file")
+    with _journal_client(args) as memory:
+        records, findings = _journal_findings(memory, args.user)
+    if findings:
+        if args.json:
+            _print_json({"user_id": args.user, "verifies": False, "problems": _findings_json(findings)})
+        else:
+            _print_findings(console, f"journal of {escape(args.user)}", findings)
+        raise PrmeError(f"the journal of {args.user} does not verify: not anchoring it")
+    head = journal_head(args.user, records)
+    document = head.to_document()
+    if output is not None:
+        try:
+            with output.open("x", encoding="utf-8") as file:  # "x": never replace an anchor
+                file.write(json.dumps(document, indent=2) + "\n")
+        except FileExistsError:
+            raise PrmeError(f"{output} exists: a head is never overwritten; choose another file") from None
+        except OSError as exc:
+            raise PrmeError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if args.json:
+        _print_json(document)
+    else:
+        console.print(
+            f"journal head of {escape(args.user)}: {head.records} record(s) in {len(head.chains)} chain(s), "
+            f"digest {head.digest}"
+        )
+        console.print(f"written to {escape(str(output))}" if output else "pass --output FILE to keep it")
+    return EXIT_OK
+
+
+def _read_head(path: str) -> JournalHead:
+    from .journal import JournalHead
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PrmeError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PrmeError(f"{path}: not a journal head (not UTF-8 text)") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise PrmeError(f"{path}: not a journal head (not JSON: {exc})") from None
+    try:
+        return JournalHead.from_document(document)
+    except ValueError as exc:
+        raise PrmeError(f"{path}: {exc}") from None
+
+
+def cmd_journal_verify(args: argparse.Namespace, console: Console) -> int:
+    head = _read_head(args.against) if args.against else None
+    if head is not None and head.user_id != args.user:
+        raise PrmeError(f"{args.against} anchors the journal of {head.user_id}, not of {args.user}")
+    with _journal_client(args) as memory:
+        records, findings = _journal_findings(memory, args.user, head)
+    chains = len({r.node_id for r in records})
+    if args.json:
+        against = None if head is None else {"file": args.against, "digest": head.digest, "records": head.records}
+        _print_json(
+            {
+                "user_id": args.user,
+                "records": len(records),
+                "chains": chains,
+                "verifies": not findings,
+                "against": against,
+                "problems": _findings_json(findings),
+            }
+        )
+    elif findings:
+        _print_findings(console, f"journal of {escape(args.user)}", findings)
+        console.print(f"{len(findings)} problem(s)")
+    else:
+        console.print(f"the journal of {escape(args.user)} verifies: {len(records)} record(s) in {chains} chain(s)")
+        if head is not None:
+            console.print(
+                f"it holds every record the head {escape(args.against)} anchored "
+                f"({head.records} record(s), digest {head.digest})"
+            )
+    return EXIT_FAILURE if findings else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prme-pg",
@@ -853,6 +984,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--maintenance-schedule", default="17 3 * * *", help="cron expression (default 03:17 UTC daily)"
     )
     schedule.add_argument("--maintenance-job", default="prme-maintenance", help="job name of this owner set")
+    journal = add("journal", "Verify a journal, or anchor its head outside the database.", lambda a, c: _usage(journal))
+    journal_sub = journal.add_subparsers(dest="journal_command", metavar="ACTION")
+    journal_actions = {
+        "head": (
+            "verify the journal, then write its head (record count, each chain's newest checksum)",
+            cmd_journal_head,
+        ),
+        "verify": ("check the journal (engine and independent); with --against, against a head", cmd_journal_verify),
+    }
+    for action, (help_text, handler) in journal_actions.items():
+        command = journal_sub.add_parser(action, help=help_text, description=help_text)
+        command.set_defaults(handler=handler)
+        where = command.add_mutually_exclusive_group()
+        where.add_argument(
+            "--dsn", default=_default_dsn(), help="PostgreSQL URL (default: $PRME_DSN, then $DATABASE_URL)"
+        )
+        where.add_argument("--pack", default=None, help="a memory pack folder instead of a database")
+        command.add_argument("--user", required=True, help="the owner (user_id)")
+        command.add_argument("--json", action="store_true", help="print one JSON document")
+    journal_sub.choices["head"].add_argument(
+        "--output", default=None, metavar="FILE", help="write the head to FILE (never overwritten)"
+    )
+    journal_sub.choices["verify"].add_argument(
+        "--against", default=None, metavar="FILE", help="a head written by prme-pg journal head"
+    )
     return parser
 
 
