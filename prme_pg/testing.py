@@ -63,6 +63,7 @@ def install_hint() -> str:
         f"prme-pg tests need a real PostgreSQL {major} with pgTAP and plpgsql_check. Either set "
         "PRME_TEST_DSN=postgresql://USER@HOST:PORT/DB (a superuser), or install the server binaries: "
         f"apt-get install postgresql-{major} postgresql-{major}-pgtap postgresql-{major}-plpgsql-check "
+        f"postgresql-{major}-cron "
         "(scripts/install-system-deps; another major than the system's needs PostgreSQL's apt "
         "repository: see README.md, 'Set up and run the tests')."
     )

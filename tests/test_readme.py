@@ -17,7 +17,7 @@ the first word as the language and ignores the rest):
   be shared; whatever the block leaves running is stopped afterwards;
 - ``text``: shown, never run;
 - ``norun`` (an attribute): the block is the set-up itself (``make demo``, ``make check``,
-  an install); such blocks are counted against :data:`NOT_RUN`, so one more needs a
+  an install, an agent's configuration); such blocks are counted against :data:`NOT_RUN`, so one more needs a
   deliberate change here.
 
 A copy of the repository is "a fresh clone": the files git knows (committed or not,
@@ -52,6 +52,7 @@ NOT_RUN = {
     "make demo",
     "make check",
     "python3 -m venv .venv && .venv/bin/pip install '.[http]'",
+    "pip install 'prme-pg[mcp]'",  # installs, then servers an agent starts and talks to over stdio
 }
 TIMEOUT = 300
 

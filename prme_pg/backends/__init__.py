@@ -56,12 +56,14 @@ __all__ = [
     "AuthenticateApiToken",
     "CreateApiToken",
     "CreateMaintenancePatch",
+    "FindNodes",
     "GetCurrentSnapshot",
     "GetJournalRecords",
     "GetLedgerStatus",
     "GetMaintenanceReport",
     "GetMaintenanceSettings",
     "GetNode",
+    "GetNodeJournal",
     "GetOutcomeSummary",
     "GetPatch",
     "GetReadiness",
@@ -70,6 +72,8 @@ __all__ = [
     "IsCorrection",
     "LinkCorrection",
     "ListCorrectionInbox",
+    "ListNodeEvidence",
+    "ListNodeOutcomes",
     "ListNodes",
     "ListOperationEvents",
     "MarkReviewed",
@@ -87,6 +91,7 @@ __all__ = [
     "SyncBackend",
     "VerifyJournal",
     "journal_rows",
+    "node_journal_rows",
 ]
 
 T = TypeVar("T")
@@ -172,12 +177,58 @@ class GetJournalRecords(Request[tuple[list[JournalRecord], list[NodeHead]]]):
     user_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class GetNodeJournal(Request[tuple[list[JournalRecord], NodeHead]]):
+    """The oldest ``max_count`` journal records of one node and its head, for the verifier."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListNodeEvidence(Request[list[Event]]):
+    """The events a node cites in evidence_refs, each once, oldest first."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListNodeOutcomes(Request[list[Outcome]]):
+    """The outcome events of one node, newest first (PostgreSQL only)."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindNodes(Request[list[Node]]):
+    """Memories in any lifecycle state by recall's word matching and filters (PostgreSQL only)."""
+
+    user_id: str
+    query: str | None
+    scopes: tuple[str, ...] | None
+    stabilities: tuple[str, ...] | None
+    lifecycle_states: tuple[str, ...] | None
+    max_count: int
+
+
+def node_journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[JournalRecord], NodeHead]:
+    """Rows of the one-node journal query: its records and its head (the query always returns a row)."""
+    records, heads = journal_rows(user_id, rows)
+    return records, heads[0]
+
+
 def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[JournalRecord], list[NodeHead]]:
     """Split rows of the journal-with-heads query (both backends run the same one)
     into records and one head per node.
 
     Each row is ``(node id, node version, last_checksum, journal columns...)``; a
-    node without records has NULL journal columns.
+    node without records has NULL journal columns, a record whose node row is gone
+    NULL node columns (no head: the verifier reports it as ``node_missing``).
     """
     records: list[JournalRecord] = []
     heads: dict[UUID, NodeHead] = {}
@@ -195,7 +246,8 @@ def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[Jour
         checksum,
         prev_checksum,
     ) in rows:
-        heads.setdefault(node_id, NodeHead(node_id, version, last_checksum))
+        if version is not None:
+            heads.setdefault(node_id, NodeHead(node_id, version, last_checksum))
         if node_version is not None:
             records.append(
                 JournalRecord(
