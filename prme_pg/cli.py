@@ -1187,7 +1187,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-textfile",
         default=None,
         metavar="PATH",
-        help="write the queue depths there for node_exporter's textfile collector (a .prom file)",
+        help="write the queue depths there for node_exporter's textfile collector (a .prom file; default: none)",
     )
     sync.add_argument("--metrics-interval", type=float, default=15.0, help="seconds between writes (default 15)")
 
@@ -1233,7 +1233,11 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument("--apply", action="store_true", help="install the jobs through pg_cron on --dsn's server")
     schedule.add_argument("--remove", action="store_true", help="remove the jobs instead")
     schedule.add_argument(
-        "--user", dest="users", action="append", default=[], help="an owner for nightly maintenance (repeatable)"
+        "--user",
+        dest="users",
+        action="append",
+        default=[],
+        help="an owner for nightly maintenance (repeatable; default: none)",
     )
     schedule.add_argument("--database", default=None, help="the database prme lives in (default: --dsn's)")
     schedule.add_argument("--cron-dsn", default=None, help="pg_cron's database (default: cron.database_name)")
