@@ -1,8 +1,11 @@
 """The ``prme-pg`` command line.
 
 Subcommands are named by what they do. ``--dsn`` defaults to ``$PRME_DSN``, then
-``$DATABASE_URL``. Human output is a table; ``--json`` prints one document.
-Exit codes: 0 ok, 1 failure, 2 usage.
+``$DATABASE_URL``. Human output is a table on a terminal wide enough for it, plain
+tab-separated lines otherwise (piped, or too narrow: ids are never cut); ``--json``
+prints one document. Every error is one line on stderr, in the CLI's own terms (flag
+names, not parameter names), never a traceback. Exit codes: 0 ok, 1 failure, 2 usage
+(a bad flag or argument value, including a value the engine refuses).
 """
 
 from __future__ import annotations
@@ -12,19 +15,23 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
+import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from . import migrations
 from .errors import InvalidInput, MigrationError, PrmeError
-from .learning import LearningQueue, LearningSync, queue_status, read_hook_document
+from .learning import LearningQueue, LearningSync, queue_status, read_hook_document, rejected_records
 from .models import AppliedOp, MaintenancePatch
 from .outbox import LEDGER_KINDS
 
@@ -40,6 +47,184 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 class UsageError(Exception):
     """Bad command-line usage: exit code 2."""
+
+
+# -- one line per error ----------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    """A message on one line: its lines joined with "; " (psycopg's errors span several)."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _error_line(label: str, message: str) -> None:
+    """The one place an error is printed: ``label: message`` on stderr, the message never read as markup."""
+    Console(stderr=True, soft_wrap=True).print(f"[red]{label}:[/red] {escape(_one_line(message))}", highlight=False)
+
+
+def _in_flag_terms(message: str, flags: dict[str, str]) -> str:
+    """The engine names its parameters (max_count); say the flag the user typed (--limit) instead."""
+    for parameter, flag in flags.items():
+        message = re.sub(rf"\b{re.escape(parameter)}\b", flag, message)
+    return message
+
+
+#: SQLSTATEs that mean this database lacks (part of) this release's schema.
+_MISSING_SCHEMA = ("3F000", "42883", "42P01")  # invalid_schema_name, undefined_function, undefined_table
+
+
+def _database_message(exc: psycopg.Error) -> str:
+    message = exc.diag.message_primary or str(exc)
+    if exc.sqlstate in _MISSING_SCHEMA and "prme" in message:
+        message += " (this database lacks this release's prme schema: run prme-pg migrate; prme-pg status shows it)"
+    return message
+
+
+def _fail(exc: BaseException, args: argparse.Namespace | None = None) -> int:
+    """The one place an exception becomes an exit code and one line on stderr; re-raises anything unexpected."""
+    flags: dict[str, str] = getattr(args, "flags", None) or {}
+    if isinstance(exc, UsageError):
+        _error_line("usage", str(exc))
+        return EXIT_USAGE
+    if isinstance(exc, InvalidInput):  # a value the user gave, refused: say it in the user's flags
+        _error_line("error", _in_flag_terms(str(exc), flags))
+        return EXIT_USAGE
+    if isinstance(exc, MigrationError):
+        _error_line("migration error", str(exc))
+        return EXIT_FAILURE
+    if isinstance(exc, PrmeError):
+        _error_line("error", str(exc))
+        return EXIT_FAILURE
+    if isinstance(exc, psycopg.Error):
+        _error_line("database error", _database_message(exc))
+        return EXIT_FAILURE
+    if isinstance(exc, OSError):  # an unavailable file, folder or port
+        detail = f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else str(exc)
+        _error_line("error", detail)
+        return EXIT_FAILURE
+    if isinstance(exc, KeyboardInterrupt):
+        _error_line("interrupted", "stopped by Ctrl-C")
+        return 130
+    raise exc
+
+
+# -- parsing: one flag per concept, defaults in --help, usage errors in one line -------
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows an option's default after its help, unless the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if text == argparse.SUPPRESS or "default" in text or not action.option_strings:
+            return text
+        if action.default in (None, False, "", [], argparse.SUPPRESS):
+            return text  # said in words by the option's help (tests/test_cli.py checks every option)
+        return f"{text} (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """The parser of prme-pg and of every subcommand (add_subparsers makes its own kind)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        # A group of one visible flag and its hidden alias: "one of the arguments --user is required".
+        message = re.sub(
+            r"one of the arguments (\S+) is required", r"the following arguments are required: \1", message
+        )
+        _error_line("usage", f"{self.prog}: {message} (see {self.prog} --help)")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _between(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from low to high, or a usage error naming the flag."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
+
+
+class _DeprecatedAlias(argparse.Action):
+    """A flag kept for old scripts: stores like its successor and says so on stderr."""
+
+    def __init__(self, *args: Any, successor: str, **kwargs: Any) -> None:
+        self.successor = successor
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any) -> None:
+        _error_line("warning", f"{'/'.join(self.option_strings)} is deprecated; use {self.successor}")
+        setattr(namespace, self.dest, values)
+
+
+def _flag_names(command: argparse.ArgumentParser, **names: str) -> None:
+    """Which flag (or positional) carries each engine parameter of this command, for error messages."""
+    command.set_defaults(flags={**(command.get_default("flags") or {}), **names})
+
+
+def _add_user(
+    command: argparse.ArgumentParser, *, required: bool = True, help_text: str = "the owner (user_id)"
+) -> None:
+    """``--user``, the one owner flag of every command; ``--user-id`` stays as a hidden, deprecated alias."""
+    group = command.add_mutually_exclusive_group(required=required)
+    group.add_argument("--user", dest="user", metavar="USER", help=help_text)
+    group.add_argument(
+        "--user-id", dest="user", metavar="USER", action=_DeprecatedAlias, successor="--user", help=argparse.SUPPRESS
+    )
+    _flag_names(command, user_id="--user")
+
+
+# -- output: tables on a terminal, plain lines otherwise ---------------------------------
+
+
+_WRAPPED_MIN_WIDTH = 20
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _print_rows(
+    console: Console,
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    wrap: Iterable[str] = (),
+) -> None:
+    """A table where it fits whole; otherwise the title, a header line and one tab-separated line per row.
+
+    Only the ``wrap`` columns (free text) may wrap in the table; every other column (ids,
+    states, numbers) is shown whole, so a terminal too narrow for them gets plain lines,
+    as does a pipe. Values are text, never markup.
+    """
+    cells = [[_cell(value) for value in row] for row in rows]
+    wrapping = set(wrap)
+    # Whole columns at their widest, free text at 20 or more, one space either side of each
+    # value and a rule between and around the columns: what the table needs.
+    widths = [
+        _WRAPPED_MIN_WIDTH if column in wrapping else max(cell_len(v) for v in [column, *(r[i] for r in cells)])
+        for i, column in enumerate(columns)
+    ]
+    if console.is_terminal and sum(widths) + 3 * len(columns) + 1 <= console.width:
+        table = Table(title=Text(title, style="table.title"))
+        for column in columns:
+            table.add_column(column, no_wrap=column not in wrapping, overflow="fold")
+        for row in cells:
+            table.add_row(*(Text(value) for value in row))
+        console.print(table)
+        return
+    lines = [[title], list(columns), *cells]
+    console.file.write("".join("\t".join(" ".join(v.split()) for v in line) + "\n" for line in lines))  # tabs kept
 
 
 def _default_dsn() -> str | None:
@@ -70,7 +255,7 @@ def cmd_migrate(args: argparse.Namespace, console: Console) -> int:
 
         def announce(migration: migrations.Migration) -> None:
             if not args.json:
-                console.print(f"applying [bold]{migration.filename}[/bold] ...")
+                console.print(f"applying [bold]{escape(migration.filename)}[/bold] ...")
 
         applied = migrations.migrate(conn, on_apply=announce)
         states = migrations.status(conn)
@@ -110,20 +295,18 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
             }
         )
     else:
-        table = Table(title="prme-pg migrations")
-        for column in ("version", "file", "state", "applied at"):
-            table.add_column(column)
-        for s in states:
-            table.add_row(
-                f"{s.version:04d}",
-                s.filename,
-                "applied" if s.applied else "[yellow]pending[/yellow]",
-                str(s.applied_at or ""),
-            )
-        console.print(table)
-        console.print("schema is current" if not pending else f"{len(pending)} migration(s) pending")
-    # A pending migration is a state, not a failure; exit 0 either way.
-    return EXIT_OK
+        _print_rows(
+            console,
+            "prme-pg migrations",
+            ("version", "file", "state", "applied at"),
+            [(f"{s.version:04d}", s.filename, "applied" if s.applied else "pending", s.applied_at) for s in states],
+        )
+        if pending:
+            console.print(f"{len(pending)} migration(s) pending: run prme-pg migrate")
+        else:
+            console.print("schema is current")
+    # A check for scripts and deployments: exit 1 while the schema is not current.
+    return EXIT_FAILURE if pending else EXIT_OK
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
@@ -141,7 +324,11 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         from .http import create_app
     except ImportError as exc:
         raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
-    console.print(f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
+    console.print(
+        f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)",
+        markup=False,
+        highlight=False,
+    )
     client = AsyncMemoryClient(dsn, max_size=args.pool_size)
     if args.metrics_port is not None:
         return _serve_with_metrics(args, client, console)
@@ -185,8 +372,8 @@ def cmd_token_create(args: argparse.Namespace, console: Console) -> int:
         _print_json({"user_id": args.user, "label": args.label, "token": token})
     else:
         # The token itself goes to stdout alone, so it can be captured; the advice to stderr.
-        Console(stderr=True).print(
-            f"new bearer token for [bold]{args.user}[/bold] (shown once; only its sha256 is stored):"
+        Console(stderr=True, soft_wrap=True).print(
+            f"new bearer token for [bold]{escape(args.user)}[/bold] (shown once; only its sha256 is stored):"
         )
         sys.stdout.write(token + "\n")
     return EXIT_OK
@@ -234,12 +421,13 @@ def cmd_recall(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         _print_json({"hits": [dataclasses.asdict(hit) for hit in hits]})
     else:
-        table = Table(title=f"recall for {args.user}")
-        for column in ("rank", "score", "scope", "content"):
-            table.add_column(column)
-        for hit in hits:
-            table.add_row(str(hit.rank), f"{hit.score:.4f}", hit.scope, hit.content)
-        console.print(table)
+        _print_rows(
+            console,
+            f"recall for {args.user}",
+            ("rank", "score", "scope", "content"),
+            [(hit.rank, f"{hit.score:.4f}", hit.scope, hit.content) for hit in hits],
+            wrap=("content",),
+        )
         console.print(f"{len(hits)} memor{'y' if len(hits) == 1 else 'ies'}")
     return EXIT_OK
 
@@ -276,12 +464,13 @@ def cmd_snapshot_show(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         _print_json({**dataclasses.asdict(snapshot), "document": json.loads(snapshot.document)})
     else:
-        table = Table(title=f"snapshot {args.scope} of {args.user}")
-        table.add_column("field")
-        table.add_column("value")
-        for name in ("generation_id", "seq", "item_count", "byte_size", "created_at", "advanced_at"):
-            table.add_row(name, str(getattr(snapshot, name)))
-        console.print(table)
+        fields = ("generation_id", "seq", "item_count", "byte_size", "created_at", "advanced_at")
+        _print_rows(
+            console,
+            f"snapshot {args.scope} of {args.user}",
+            ("field", "value"),
+            [(name, getattr(snapshot, name)) for name in fields],
+        )
         items = json.loads(snapshot.document).get("items", [])
         for item in items:
             console.print(f"- {item.get('content', '')}", markup=False, highlight=False)
@@ -299,14 +488,16 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
     if not isinstance(payload, dict):
         raise UsageError("the payload must be a JSON object")
     record = Outbox(args.pack).enqueue(
-        args.kind, payload, user_id=args.user_id, dependencies=args.depends_on, operation_id=args.operation_id
+        args.kind, payload, user_id=args.user, dependencies=args.depends_on, operation_id=args.operation_id
     )
     if args.json:
         _print_json(record.document())
     else:
         # The id alone on stdout, so a script can capture it; where it stands on stderr.
         sys.stdout.write(f"{record.operation_id}\n")
-        Console(stderr=True).print(f"{record.kind} for {escape(record.user_id)}: {record.state} in {args.pack}")
+        Console(stderr=True, soft_wrap=True).print(
+            f"{record.kind} for {record.user_id}: {record.state} in {args.pack}", markup=False, highlight=False
+        )
     return EXIT_OK
 
 
@@ -319,9 +510,8 @@ def cmd_sync(args: argparse.Namespace, console: Console) -> int:
     from .outbox import AfterCommit, OutboxSyncer, Stage, SyncProgress
 
     dsn = _require_dsn(args)
-    if not 1 <= args.batch <= 1000:
-        raise UsageError("--batch must be between 1 and 1000")
     err = Console(stderr=True)
+    err.soft_wrap = not err.is_terminal
     if not args.json:
         logging.basicConfig(
             level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)]
@@ -339,20 +529,29 @@ def cmd_sync(args: argparse.Namespace, console: Console) -> int:
         poll_interval=args.poll_interval,
     )
     syncer.acquire()  # SyncLockHeld (exit 1) when another worker has this pack
+    # A bar on a terminal; piped (a log, a supervisor), one plain line per finished phase instead.
+    bars = err.is_terminal and not args.json
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=err,
-        disable=args.json,
+        disable=not bars,
     )
     tasks: dict[str, Any] = {}
+    if not args.json:
+        until = "one cycle" if args.once else "until SIGTERM or Ctrl-C"
+        err.print(f"syncing the outbox of {syncer.outbox.pack} ({until})", markup=False, highlight=False)
 
     def on_progress(update: SyncProgress) -> None:
         if update.total == 0:
             return
         label = {"submit": "submitting pending", "poll": "polling accepted"}.get(update.phase, update.phase)
+        if not bars:
+            if not args.json and update.done == update.total:
+                err.print(f"{label}: {update.done}/{update.total}", markup=False, highlight=False)
+            return
         finished = {task.id for task in progress.tasks if task.finished}
         if update.phase in tasks and tasks[update.phase] in finished:
             progress.remove_task(tasks.pop(update.phase))  # a new cycle: one bar per phase, not one per cycle
@@ -375,12 +574,12 @@ def cmd_sync(args: argparse.Namespace, console: Console) -> int:
             }
         )
     else:
-        table = Table(title=f"outbox of {escape(str(syncer.outbox.pack))}")
-        for column in ("state", "records", "oldest"):
-            table.add_column(column)
-        for state, (n, oldest) in counts.items():
-            table.add_row(state, str(n), str(oldest or ""))
-        console.print(table)
+        _print_rows(
+            console,
+            f"outbox of {syncer.outbox.pack}",
+            ("state", "records", "oldest"),
+            [(state, n, oldest) for state, (n, oldest) in counts.items()],
+        )
         summary = report.summary()
         console.print(", ".join(f"{name} {value}" for name, value in summary.items()))
     return EXIT_OK
@@ -395,33 +594,40 @@ def _patch_document(patch: MaintenancePatch) -> dict[str, Any]:
 
 
 def _print_patch(console: Console, patch: MaintenancePatch, user: str) -> None:
-    table = Table(title=f"maintenance patch {patch.patch_id} for {escape(user)}")
-    for column in ("op_id", "op", "memory", "updates", "reason", "risk", "review", "selected", "status"):
-        table.add_column(column)
+    rows = []
     for op in patch.ops:
         target = op.get("target", {})
-        table.add_row(
-            str(op.get("op_id")),
-            str(op.get("op")),
-            escape(str(target.get("content", target.get("node_id", "")))),
-            escape(_updates_text(op.get("updates", {}))),
-            escape(str(op.get("reason", ""))),
-            str(op.get("risk")),
-            "yes" if op.get("requires_review") else "no",
-            "yes" if op.get("default_selected") else "no",
-            str(op.get("status", "pending")),
+        rows.append(
+            (
+                op.get("op_id"),
+                op.get("op"),
+                target.get("content", target.get("node_id", "")),
+                _updates_text(op.get("updates", {})),
+                op.get("reason", ""),
+                op.get("risk"),
+                "yes" if op.get("requires_review") else "no",
+                "yes" if op.get("default_selected") else "no",
+                op.get("status", "pending"),
+            )
         )
-    console.print(table)
+    _print_rows(
+        console,
+        f"maintenance patch {patch.patch_id} for {user}",
+        ("op_id", "op", "memory", "updates", "reason", "risk", "review", "selected", "status"),
+        rows,
+        wrap=("memory", "updates", "reason"),
+    )
     console.print(f"{len(patch.ops)} op{'' if len(patch.ops) == 1 else 's'}")
 
 
 def _print_applied(console: Console, applied: list[AppliedOp], title: str) -> None:
-    table = Table(title=title)
-    for column in ("op_id", "op", "node_id", "status", "detail"):
-        table.add_column(column)
-    for row in applied:
-        table.add_row(row.op_id, row.op, str(row.node_id), row.status, escape(row.detail or ""))
-    console.print(table)
+    _print_rows(
+        console,
+        title,
+        ("op_id", "op", "node_id", "status", "detail"),
+        [(row.op_id, row.op, row.node_id, row.status, row.detail) for row in applied],
+        wrap=("detail",),
+    )
     counts = {status: sum(1 for row in applied if row.status == status) for status in ("applied", "already_applied")}
     stale = len(applied) - sum(counts.values())
     console.print(f"{counts['applied']} applied, {counts['already_applied']} already applied, {stale} stale")
@@ -439,9 +645,7 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
             if args.json:
                 _print_json({"recommendations": [dataclasses.asdict(row) for row in rows]})
                 return EXIT_OK
-            table = Table(title=f"maintenance report for {escape(args.user)}")
-            for column in ("node_id", "recommendations", "stability", "confidence", "overdue", "+R", "+S", "-C"):
-                table.add_column(column)
+            lines = []
             for row in rows:
                 stability = row.stability
                 if row.suggested_stability and row.suggested_stability != row.stability:
@@ -449,17 +653,24 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
                 confidence = str(row.confidence_base)
                 if row.suggested_confidence is not None and row.suggested_confidence != row.confidence_base:
                     confidence += f" -> {row.suggested_confidence}"
-                table.add_row(
-                    str(row.node_id),
-                    ", ".join(row.recommendations),
-                    stability,
-                    confidence,
-                    str(row.overdue_cycles or 0),
-                    str(row.explicit_reinforcements),
-                    str(row.implicit_successes),
-                    str(row.explicit_corrections),
+                lines.append(
+                    (
+                        row.node_id,
+                        ", ".join(row.recommendations),
+                        stability,
+                        confidence,
+                        row.overdue_cycles or 0,
+                        row.explicit_reinforcements,
+                        row.implicit_successes,
+                        row.explicit_corrections,
+                    )
                 )
-            console.print(table)
+            _print_rows(
+                console,
+                f"maintenance report for {args.user}",
+                ("node_id", "recommendations", "stability", "confidence", "overdue", "+R", "+S", "-C"),
+                lines,
+            )
             console.print(f"{len(rows)} memor{'y' if len(rows) == 1 else 'ies'} with recommendations; nothing changed")
             return EXIT_OK
         patch = memory.maintenance_patch(user_id=args.user)
@@ -477,8 +688,9 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
         _print_applied(console, applied, "applied in auto mode")
     else:
         console.print(
-            f"written for review; apply with: prme-pg curate {patch.patch_id} --user {escape(args.user)} "
-            "--select op_001,op_002"
+            f"written for review; apply with: prme-pg curate {patch.patch_id} --user {escape(shlex.quote(args.user))} "
+            "--select op_001,op_002",
+            soft_wrap=True,  # a command to copy: never broken into lines
         )
     return EXIT_OK
 
@@ -633,6 +845,8 @@ def _learning_sync(args: argparse.Namespace) -> LearningSync:
 
 
 def cmd_queue_status(args: argparse.Namespace, console: Console) -> int:
+    if args.rejected:
+        return _print_rejected(args, console)
     status = queue_status(args.pack)
     if args.json:
         _print_json(
@@ -645,22 +859,39 @@ def cmd_queue_status(args: argparse.Namespace, console: Console) -> int:
             }
         )
         return EXIT_OK
-    table = Table(title=f"queues of {escape(str(args.pack))}")
-    for column in ("queue", "state", "records", "oldest (last written)"):
-        table.add_column(column)
-    for queue, counts in status.items():
-        for state, (n, oldest) in counts.items():
-            table.add_row(queue, state, str(n), str(oldest or ""))
-    console.print(table)
+    _print_rows(
+        console,
+        f"queues of {args.pack}",
+        ("queue", "state", "records", "oldest (last written)"),
+        [(queue, state, n, oldest) for queue, counts in status.items() for state, (n, oldest) in counts.items()],
+    )
+    return EXIT_OK
+
+
+def _print_rejected(args: argparse.Namespace, console: Console) -> int:
+    rejected = rejected_records(args.pack)
+    if args.json:
+        _print_json(
+            {"rejected": [dataclasses.asdict(r) | {"rejected_at": r.rejected_at.isoformat()} for r in rejected]}
+        )
+        return EXIT_OK
+    _print_rows(
+        console,
+        f"rejected records of {args.pack}",
+        ("queue", "id", "user", "kind", "rejected at", "reason"),
+        [(r.queue, r.record_id, r.user_id, r.kind, r.rejected_at, r.reason) for r in rejected],
+        wrap=("reason",),
+    )
+    console.print(f"{len(rejected)} rejected record(s)")
     return EXIT_OK
 
 
 def cmd_hook(args: argparse.Namespace, console: Console) -> int:
     """Store one learning record from the JSON document on stdin; print its id (docs/LEARNING.md)."""
     try:
-        record = LearningQueue(args.pack).enqueue_document(read_hook_document(sys.stdin.buffer), user_id=args.user_id)
+        record = LearningQueue(args.pack).enqueue_document(read_hook_document(sys.stdin.buffer), user_id=args.user)
     except InvalidInput as exc:
-        Console(stderr=True).print(f"[red]invalid hook document:[/red] {escape(str(exc))}")
+        _error_line("invalid hook document", str(exc))
         return EXIT_USAGE
     sys.stdout.write(f"{record.record_id}\n")
     return EXIT_OK
@@ -792,7 +1023,7 @@ def cmd_journal_verify(args: argparse.Namespace, console: Console) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="prme-pg",
         description="prme-pg: a PostgreSQL-native memory engine for AI agents.",
     )
@@ -823,12 +1054,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = add("serve", "Serve the HTTP API (needs the http extra).", cmd_serve)
     add_dsn(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--pool-size", type=int, default=10, help="database connections (default 10)")
-    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=_between(1, 65535), default=8080, help="TCP port to listen on")
+    serve.add_argument("--pool-size", type=_between(1, 1000), default=10, help="database connections")
     serve.add_argument(
-        "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port (default: off)"
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level",
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=_between(1, 65535),
+        default=None,
+        help="serve Prometheus /metrics on this port (default: off)",
     )
     serve.add_argument("--metrics-host", default="127.0.0.1", help="bind address of --metrics-port (default 127.0.0.1)")
 
@@ -837,8 +1076,9 @@ def build_parser() -> argparse.ArgumentParser:
     create = token_sub.add_parser("create", help="print a new token for one owner, once")
     create.set_defaults(handler=cmd_token_create)
     add_dsn(create)
-    create.add_argument("--user", required=True, help="the user_id the token acts for")
-    create.add_argument("--label", default="", help="a note to recognise the token by")
+    _add_user(create, help_text="the owner (user_id) the token acts for")
+    create.add_argument("--label", default="", help="a note to recognise the token by (default: none)")
+    _flag_names(create, label="--label")
     revoke = token_sub.add_parser("revoke", help="revoke a token")
     revoke.set_defaults(handler=cmd_token_revoke)
     add_dsn(revoke)
@@ -847,33 +1087,40 @@ def build_parser() -> argparse.ArgumentParser:
     worker = add("worker", "Run the operations executor until SIGTERM.", cmd_worker)
     add_dsn(worker)
     worker.add_argument("--worker", default=None, help="name shown in receipts (default host:pid)")
-    worker.add_argument("--batch", type=int, default=100, help="operations per transaction (1..1000)")
+    worker.add_argument("--batch", type=_between(1, 1000), default=100, help="operations per transaction (1..1000)")
     worker.add_argument("--until-idle", action="store_true", help="exit when there is nothing left to do")
 
     recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
     add_dsn(recall)
     recall.add_argument("query", help="words to look for (blank: rank every memory by strength)")
-    recall.add_argument("--user", required=True, help="the owner (user_id)")
+    _add_user(recall)
     recall.add_argument("--scope", action="append", help="only this scope (repeatable; default all)")
     recall.add_argument("--limit", type=int, default=10, help="at most this many (1..1000, default 10)")
+    _flag_names(recall, max_count="--limit", scopes="--scope", query="QUERY")
 
     snapshot = add("snapshot", "Publish or show a scope's snapshot generation.", lambda a, c: _usage(snapshot))
     snapshot_sub = snapshot.add_subparsers(dest="snapshot_command", metavar="ACTION")
     publish = snapshot_sub.add_parser("publish", help="publish the current generation of a scope")
     publish.set_defaults(handler=cmd_snapshot_publish)
     add_dsn(publish)
-    publish.add_argument("--user", required=True, help="the owner (user_id)")
+    _add_user(publish)
     publish.add_argument("--scope", required=True, help="the scope to publish")
     publish.add_argument("--max-items", type=int, default=100, help="items at most (1..10000, default 100)")
     publish.add_argument("--max-bytes", type=int, default=65536, help="document bytes at most (default 65536)")
     publish.add_argument(
-        "--expect", default=None, help="publish only if this generation id (or 'none') is current; exit 1 otherwise"
+        "--expect",
+        default=None,
+        help="publish only if this generation id (or 'none') is current; exit 1 otherwise (default: publish anyway)",
+    )
+    _flag_names(
+        publish, scope="--scope", max_items="--max-items", max_bytes="--max-bytes", expected_generation_id="--expect"
     )
     show = snapshot_sub.add_parser("show", help="show the current generation of a scope")
     show.set_defaults(handler=cmd_snapshot_show)
     add_dsn(show)
-    show.add_argument("--user", required=True, help="the owner (user_id)")
+    _add_user(show)
     show.add_argument("--scope", required=True, help="the scope to show")
+    _flag_names(show, scope="--scope")
 
     maintain = add(
         "maintain",
@@ -881,7 +1128,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_maintain,
     )
     add_dsn(maintain)
-    maintain.add_argument("--user", required=True, help="the owner (user_id)")
+    _add_user(maintain)
     maintain.add_argument("--report", action="store_true", help="only show the recommendations; change nothing")
     maintain.add_argument(
         "--mode",
@@ -893,28 +1140,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     hook = add("hook", "Store one learning record from a JSON document on stdin (an agent's stop hook).", cmd_hook)
     hook.add_argument("--pack", default="./memories", help="memory pack folder (default ./memories)")
-    hook.add_argument("--user-id", default=None, help="the owner, when the document does not name one")
+    _add_user(hook, required=False, help_text="the owner, when the document does not name one (default: none)")
 
     enqueue = add(
         "enqueue", "Store an operation in a memory pack's outbox for sync to deliver; print its id.", cmd_enqueue
     )
     enqueue.add_argument("kind", choices=LEDGER_KINDS, help="the ledger operation kind")
-    enqueue.add_argument("--user-id", "--user", dest="user_id", required=True, help="the owner (user_id)")
+    _add_user(enqueue)
     enqueue.add_argument("--payload", default=None, help="the payload, a JSON object (default: read from stdin)")
     enqueue.add_argument(
-        "--depends-on", action="append", default=[], metavar="ID", help="an operation this one waits for (repeatable)"
+        "--depends-on",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="an operation this one waits for (repeatable; default: none)",
     )
     enqueue.add_argument(
         "--operation-id", default=None, help="a stable id of your own (makes enqueue idempotent; default a UUIDv7)"
     )
     enqueue.add_argument("--pack", default="./memories", help="memory pack folder (default ./memories)")
     enqueue.add_argument("--json", action="store_true", help="print the stored record as JSON")
+    _flag_names(enqueue, operation_id="--operation-id", dependencies="--depends-on", kind="KIND")
 
     sync = add("sync", "Deliver a memory pack's outbox to the PostgreSQL ledger and follow the receipts.", cmd_sync)
     add_dsn(sync)
     sync.add_argument("--pack", default="./memories", help="memory pack folder (default ./memories)")
     sync.add_argument("--once", action="store_true", help="run one cycle and exit (1 if the ledger is unavailable)")
-    sync.add_argument("--batch", type=int, default=100, help="records per submit transaction (1..1000, default 100)")
+    sync.add_argument(
+        "--batch", type=_between(1, 1000), default=100, help="records per submit transaction (1..1000, default 100)"
+    )
     sync.add_argument(
         "--poll-interval", type=float, default=1.0, help="seconds between cycles that found nothing (default 1)"
     )
@@ -933,7 +1187,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-textfile",
         default=None,
         metavar="PATH",
-        help="write the queue depths there for node_exporter's textfile collector (a .prom file)",
+        help="write the queue depths there for node_exporter's textfile collector (a .prom file; default: none)",
     )
     sync.add_argument("--metrics-interval", type=float, default=15.0, help="seconds between writes (default 15)")
 
@@ -942,25 +1196,33 @@ def build_parser() -> argparse.ArgumentParser:
     queue_status = queue_sub.add_parser("status", help="records per state and the oldest record per state")
     queue_status.set_defaults(handler=cmd_queue_status)
     queue_status.add_argument("--pack", default="./memories", help="memory pack folder (default ./memories)")
+    queue_status.add_argument(
+        "--rejected", action="store_true", help="list the rejected records with their reasons instead of counts"
+    )
     queue_status.add_argument("--json", action="store_true", help="print one JSON document")
 
     curate = add("curate", "Show a maintenance patch, or apply the ops you selected from it.", cmd_curate)
     add_dsn(curate)
     curate.add_argument("patch_id", help="the patch id printed by prme-pg maintain")
-    curate.add_argument("--user", required=True, help="the owner (user_id)")
+    _add_user(curate)
     curate.add_argument(
-        "--select", default=None, help="comma-separated op ids to apply (e.g. op_001,op_003); omit to show the patch"
+        "--select",
+        default=None,
+        help="comma-separated op ids to apply (e.g. op_001,op_003); omit to show the patch (default: show it)",
     )
+    _flag_names(curate, patch_id="PATCH_ID", op_ids="--select")
 
     mcp = add("mcp", "Serve memory to agents over the Model Context Protocol (needs the mcp extra).", cmd_mcp)
     mcp.add_argument("--dsn", default=None, help="PostgreSQL URL (default: $PRME_DSN, then $DATABASE_URL)")
-    mcp.add_argument("--pack", default=None, help="memory pack folder (instead of --dsn)")
-    mcp.add_argument("--user", default=None, help="the owner the server acts for (HTTP: default the token's owner)")
+    mcp.add_argument("--pack", default=None, help="memory pack folder (instead of --dsn; default: none)")
+    _add_user(mcp, required=False, help_text="the owner the server acts for (HTTP: default the token's owner)")
     mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="stdio (default) or http")
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     mcp.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     mcp.add_argument("--pool-size", type=int, default=4, help="database connections (default 4)")
-    mcp.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    mcp.add_argument(
+        "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="log level"
+    )
 
     schedule = add(
         "schedule",
@@ -971,7 +1233,11 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument("--apply", action="store_true", help="install the jobs through pg_cron on --dsn's server")
     schedule.add_argument("--remove", action="store_true", help="remove the jobs instead")
     schedule.add_argument(
-        "--user", dest="users", action="append", default=[], help="an owner for nightly maintenance (repeatable)"
+        "--user",
+        dest="users",
+        action="append",
+        default=[],
+        help="an owner for nightly maintenance (repeatable; default: none)",
     )
     schedule.add_argument("--database", default=None, help="the database prme lives in (default: --dsn's)")
     schedule.add_argument("--cron-dsn", default=None, help="pg_cron's database (default: cron.database_name)")
@@ -1000,14 +1266,17 @@ def build_parser() -> argparse.ArgumentParser:
         where.add_argument(
             "--dsn", default=_default_dsn(), help="PostgreSQL URL (default: $PRME_DSN, then $DATABASE_URL)"
         )
-        where.add_argument("--pack", default=None, help="a memory pack folder instead of a database")
-        command.add_argument("--user", required=True, help="the owner (user_id)")
+        where.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
+        _add_user(command)
         command.add_argument("--json", action="store_true", help="print one JSON document")
     journal_sub.choices["head"].add_argument(
-        "--output", default=None, metavar="FILE", help="write the head to FILE (never overwritten)"
+        "--output",
+        default=None,
+        metavar="FILE",
+        help="write the head to FILE, never overwritten (default: not written)",
     )
     journal_sub.choices["verify"].add_argument(
-        "--against", default=None, metavar="FILE", help="a head written by prme-pg journal head"
+        "--against", default=None, metavar="FILE", help="a head written by prme-pg journal head (default: none)"
     )
     return parser
 
@@ -1020,7 +1289,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     console = Console(stderr=False)
-    err = Console(stderr=True)
+    console.soft_wrap = not console.is_terminal  # piped: plain lines, never wrapped at 80 columns
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
@@ -1030,18 +1299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(args.handler(args, console))
-    except UsageError as exc:
-        err.print(f"[red]usage:[/red] {exc}")
-        return EXIT_USAGE
-    except MigrationError as exc:
-        err.print(f"[red]migration error:[/red] {exc}")
-        return EXIT_FAILURE
-    except PrmeError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        return EXIT_FAILURE
-    except psycopg.Error as exc:
-        err.print(f"[red]database error:[/red] {exc}")
-        return EXIT_FAILURE
+    except (Exception, KeyboardInterrupt) as exc:
+        return _fail(exc, args)
 
 
 if __name__ == "__main__":

@@ -566,7 +566,7 @@ class MemoryClient:
         user_id: str,
         request_id: UUID | str | None = None,
     ) -> Node:
-        """Confirm a memory (DESIGN.md section 3).
+        """Confirm a memory (docs/DESIGN.md section 3).
 
         With ``request_id``, a retry of the same call returns the current node with
         ``replayed=True`` and changes nothing; reusing it for another node or evidence

@@ -13,6 +13,7 @@ import uuid
 from decimal import Decimal
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .client import MemoryClient
@@ -37,8 +38,9 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
     try:
         memory = MemoryClient(path)
         memory.list_nodes(user_id=DEMO_USER)  # opens the pack file now: another process may hold it
-    except PrmeError as exc:
-        out.print(f"[red]Could not open the memory pack:[/] {exc}")
+    except (PrmeError, OSError) as exc:  # another process has it, not a folder, nowhere to create it
+        reason = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+        out.print(f"[red]Could not open the memory pack at {escape(path)}:[/] {escape(reason)}")
         return 1
 
     ok = True
@@ -57,7 +59,7 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
 
     with memory:
         pack = getattr(memory.backend, "path", path)
-        out.print(f"Opened the memory pack at [bold]{pack}[/] (a folder; created if it was missing).")
+        out.print(f"Opened the memory pack at [bold]{escape(str(pack))}[/] (a folder; created if it was missing).")
 
         node = memory.add_node(
             "The user prefers dark mode in every editor.",
@@ -66,10 +68,10 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
             confidence_base=Decimal("0.6"),
         )
         record("saved the memory", node)
-        out.print(f"1. Saved a memory for user '{DEMO_USER}': \"{node.content}\" ({_numbers(node)}).")
+        out.print(f"1. Saved a memory for user '{DEMO_USER}': \"{escape(node.content)}\" ({_numbers(node)}).")
 
         event = memory.add_event("User: please switch everything to dark mode again.", user_id=DEMO_USER)
-        out.print(f'2. Recorded what the user said as evidence: "{event.content}".')
+        out.print(f'2. Recorded what the user said as evidence: "{escape(event.content)}".')
 
         request_id = uuid.uuid4()
         first = memory.reinforce(node.id, event.id, user_id=DEMO_USER, request_id=request_id)
@@ -99,12 +101,16 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
             out.print(f"   [bold red]The retry was counted again[/]: {_numbers(retry)}.")
 
         records, _ = memory.journal_records(user_id=DEMO_USER)
+        mine = sum(1 for journal_record in records if journal_record.node_id == node.id)
         engine_issues = memory.verify_journal(user_id=DEMO_USER)
         python_issues = memory.verify_journal(user_id=DEMO_USER, independent=True)
         replay = memory.replay_node(node.id, user_id=DEMO_USER)
+        # Narrate this run's memory; a pack used before also holds earlier runs' memories.
+        earlier = len(records) - mine
         out.print(
-            f"5. Checked the journal of user '{DEMO_USER}' ({len(records)} records, one per change, "
-            "each with a sha256 checksum and a link to the one before it):"
+            f"5. Checked the journal. This memory has {mine} records, one per change, each with a sha256 "
+            "checksum and a link to the one before it"
+            + (f"; the pack holds {earlier} more from earlier runs, checked too:" if earlier else ":")
         )
         out.print(f"   - the engine's own check found {len(engine_issues)} problem(s);")
         out.print(
@@ -113,10 +119,17 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
         )
         out.print(
             f"   - rebuilding this memory from its {replay.records} journal records "
-            + ("gives exactly the stored memory." if replay.matches else f"does not match: {replay.problem}.")
+            + (
+                "gives exactly the stored memory."
+                if replay.matches
+                else f"does not match: {escape(replay.problem or '')}."
+            )
         )
         for issue in [*engine_issues, *python_issues]:
-            out.print(f"     [red]{issue.problem}[/] at {issue.node_id} version {issue.node_version}: {issue.detail}")
+            out.print(
+                f"     [red]{escape(issue.problem)}[/] at {issue.node_id} version {issue.node_version}: "
+                f"{escape(issue.detail)}"
+            )
         ok = ok and not engine_issues and not python_issues and replay.matches
 
     out.print(steps)

@@ -25,8 +25,13 @@ class PrmeError(Exception):
     http_status: int = 500
 
 
-class NotFoundError(PrmeError, LookupError):
-    """A node, event or operation is missing, archived, or another owner's (PR404)."""
+class NotFoundError(PrmeError, LookupError, ValueError):
+    """A node, event or operation is missing, archived, or another owner's (PR404).
+
+    A :class:`LookupError`, and also a :class:`ValueError`: code written for PRME catches
+    ``ValueError`` for "not found", and an argument naming nothing this owner has is a
+    bad value as much as a failed lookup.
+    """
 
     sqlstate = "PR404"
     http_status = 404

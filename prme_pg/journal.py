@@ -4,7 +4,7 @@ The engines check their journals themselves (``prme.verify_journal``); this modu
 checks the same record texts with nothing but :mod:`hashlib`, :mod:`json` and the
 ``rfc8785`` package, so a bug in an engine's record builder cannot hide behind the
 same engine's verifier. It accepts records from PostgreSQL and from a DuckDB pack
-alike (they are byte-identical for the same inputs; DESIGN.md section 4).
+alike (they are byte-identical for the same inputs; docs/DESIGN.md section 4).
 
 Problems reported (one :class:`~prme_pg.models.JournalIssue` each), named as
 ``prme.verify_journal`` names them, plus ``non_canonical``:

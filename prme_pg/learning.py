@@ -66,6 +66,7 @@ from .outbox import (
     SyncContext,
     canonical_payload,
     validate_dependencies,
+    validate_payload,
 )
 from .spool import Spool, StateMismatch, process_alive, time_ordered_uuid
 from .validation import valid_user_id
@@ -78,10 +79,12 @@ __all__ = [
     "LearningQueue",
     "LearningSync",
     "LearningWorker",
+    "RejectedRecord",
     "correction_detector",
     "queue_status",
     "read_hook_document",
     "record_from_document",
+    "rejected_records",
 ]
 
 log = logging.getLogger("prme_pg.learning")
@@ -266,9 +269,9 @@ class LearningQueue:
             raise InvalidInput("the hook document needs session_id and items")
         owner = document.get("user_id", user_id)
         if user_id is not None and owner != user_id:
-            raise InvalidInput(f"the document's user_id {owner!r} differs from --user-id {user_id!r}")
+            raise InvalidInput(f"the document's user_id {owner!r} differs from --user {user_id!r}")
         if owner is None:
-            raise InvalidInput("no user_id: put it in the document or pass --user-id")
+            raise InvalidInput("no user_id: put it in the document or pass --user")
         return self.enqueue(
             document["session_id"],
             document["items"],
@@ -447,7 +450,8 @@ def check_planned(record: LearningRecord, planned: Iterable[PlannedOperation]) -
         if not 0 <= op.item_index < len(record.items):
             raise ExtractionError(f"the extractor planned an operation for item {op.item_index}, which does not exist")
         try:
-            canonical_payload(op.payload)  # what the outbox will check: before anything is enqueued
+            # What the outbox will check, before anything is enqueued.
+            validate_payload(op.kind, canonical_payload(op.payload)[0])
         except InvalidInput as exc:
             raise ExtractionError(f"the extractor planned an invalid {op.kind} payload: {exc}") from None
         try:
@@ -785,3 +789,57 @@ def queue_status(pack: str | os.PathLike[str]) -> dict[str, dict[str, tuple[int,
         raise NotFoundError(f"no memory pack at {pack}")
     # Read-only: counting creates nothing, and a queue whose folders are missing counts 0.
     return {"learning": LearningQueue(pack, create=False).counts(), "outbox": Outbox(pack, create=False).counts()}
+
+
+@dataclass(frozen=True)
+class RejectedRecord:
+    """A record a pack's queues set aside, with the reason (``prme-pg queue status --rejected``).
+
+    ``queue`` is ``learning``, ``publications`` or ``outbox``; ``kind`` is the operation kind of
+    an outbox record (None otherwise); ``rejected_at`` is when its file was last written.
+    """
+
+    queue: str
+    record_id: str
+    user_id: str | None
+    kind: str | None
+    reason: str
+    rejected_at: datetime
+
+
+def rejected_records(pack: str | os.PathLike[str]) -> list[RejectedRecord]:
+    """Every rejected record of a pack's queues, oldest first; read-only, like :func:`queue_status`."""
+    if not Path(pack).expanduser().is_dir():
+        raise NotFoundError(f"no memory pack at {pack}")
+    learning = LearningQueue(pack, create=False)
+    spools = {
+        "learning": learning.records,
+        "publications": learning.publications,
+        "outbox": Outbox(pack, create=False).spool,
+    }
+    found = []
+    for queue, spool in spools.items():
+        for name in spool.names("rejected"):
+            try:
+                raw = spool.read_bytes(name, "rejected")
+                written = datetime.fromtimestamp(spool.path(name, "rejected").stat().st_mtime, UTC)
+            except (FileNotFoundError, ValueError):  # moved away since the listing, or not a file
+                continue
+            try:
+                document = json.loads(raw)
+            except ValueError:
+                document = None
+            if not isinstance(document, dict):
+                document = {"reason": "the rejected file itself does not parse"}
+            user_id, kind = document.get("user_id"), document.get("kind") if queue == "outbox" else None
+            found.append(
+                RejectedRecord(
+                    queue=queue,
+                    record_id=name,
+                    user_id=user_id if isinstance(user_id, str) else None,
+                    kind=kind if isinstance(kind, str) else None,
+                    reason=str(document.get("reason") or "no reason recorded"),
+                    rejected_at=written,
+                )
+            )
+    return sorted(found, key=lambda r: (r.rejected_at, r.queue, r.record_id))

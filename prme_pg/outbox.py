@@ -30,6 +30,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ __all__ = [
     "receipt_mismatch",
     "run_request",
     "validate_dependencies",
+    "validate_payload",
 ]
 
 log = logging.getLogger("prme_pg.outbox")
@@ -113,6 +115,118 @@ def canonical_payload(payload: object) -> tuple[dict[str, Any], str]:
         raise InvalidInput("payload must be at most 1 MiB")
     plain: dict[str, Any] = json.loads(canonical)
     return plain, hashlib.sha256(canonical).hexdigest()
+
+
+# -- payloads, checked at enqueue as the executor will read them -----------------------------
+
+_UUID_TEXT = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+# An explicit offset is required, as prme._payload_time requires it.
+_TIME_TEXT = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)"
+)
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_integer(value: object) -> bool:  # JSON has one number type: 512 and 512.0 are both integers
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+
+
+_FIELD_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "text": (_is_text, "a string"),
+    "number": (_is_number, "a number"),
+    "integer": (_is_integer, "an integer"),
+    "uuid": (lambda v: isinstance(v, str) and _UUID_TEXT.fullmatch(v) is not None, "a UUID (8-4-4-4-12 hex digits)"),
+    "uuids": (
+        lambda v: isinstance(v, list) and all(isinstance(e, str) and _UUID_TEXT.fullmatch(e) for e in v),
+        "an array of UUIDs (8-4-4-4-12 hex digits)",
+    ),
+    "time": (
+        lambda v: isinstance(v, str) and _TIME_TEXT.fullmatch(v) is not None,
+        "an ISO 8601 time with a UTC offset",
+    ),
+    "object": (lambda v: isinstance(v, dict), "a JSON object"),
+}
+
+#: Shapes the executor reads as text, where a JSON null is as good as leaving the field out;
+#: a null number or object is refused (it has no numeric value, no fields).
+_NULL_MEANS_ABSENT = frozenset({"text", "uuid", "uuids", "time"})
+
+#: Each kind's payload fields and their JSON shapes, required ones first: what the executor
+#: (prme._apply_operation, sql/postgres/440_run_operations.sql) accepts. Values (ranges, scope
+#: syntax, outcome names) stay the engine's to judge; tests/test_outbox_validation.py holds
+#: this table and the executor to the same verdicts.
+PAYLOAD_FIELDS: dict[str, dict[str, str]] = {
+    "add_node": {
+        "content": "text",
+        "scope": "text",
+        "namespace": "text",
+        "kind": "text",
+        "confidence_base": "number",
+        "salience_base": "number",
+        "stability": "text",
+        "decay_profile": "text",
+        "next_review_at": "time",
+        "token_budget": "integer",
+    },
+    "add_event": {
+        "content": "text",
+        "scope": "text",
+        "namespace": "text",
+        "kind": "text",
+        "payload": "object",
+        "occurred_at": "time",
+    },
+    "reinforce": {"node_id": "uuid", "evidence_id": "uuid"},
+    "archive_node": {"node_id": "uuid"},
+    "record_outcome": {
+        "node_id": "uuid",
+        "outcome": "text",
+        "evidence_id": "uuid",
+        "profile_id": "text",
+        "thread_id": "text",
+        "notes": "text",
+    },
+    "link_correction": {"message": "text", "candidate_node_ids": "uuids", "thread_id": "text"},
+}
+PAYLOAD_REQUIRED: dict[str, tuple[str, ...]] = {
+    "add_node": ("content",),
+    "add_event": ("content",),
+    "reinforce": ("node_id",),
+    "archive_node": ("node_id",),
+    "record_outcome": ("node_id", "outcome"),
+    "link_correction": ("message", "candidate_node_ids"),
+}
+
+
+def validate_payload(kind: str, payload: Mapping[str, Any]) -> None:
+    """:class:`InvalidInput` naming the field, for a payload the executor could never apply.
+
+    ``payload`` is plain JSON (as :func:`canonical_payload` returns it). Unknown fields,
+    missing required ones (null counts as missing) and fields of the wrong shape are
+    refused here, at enqueue, rather than by the worker long after the hook returned.
+    """
+    fields = PAYLOAD_FIELDS[kind]
+    unknown = sorted(set(payload) - set(fields))
+    if unknown:
+        raise InvalidInput(f"unknown payload field for {kind}: {', '.join(unknown)} (allowed: {', '.join(fields)})")
+    missing = [name for name in PAYLOAD_REQUIRED[kind] if payload.get(name) is None]
+    if missing:
+        raise InvalidInput(f"missing payload field for {kind}: {', '.join(missing)}")
+    for name, value in payload.items():
+        check, shape = _FIELD_CHECKS[fields[name]]
+        if value is None and fields[name] in _NULL_MEANS_ABSENT:
+            continue
+        if not check(value):
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise InvalidInput(f"payload field {name} of {kind} must be {shape}, got {shown}")
 
 
 def validate_dependencies(dependencies: Iterable[UUID | str], operation_id: UUID) -> tuple[UUID, ...]:
@@ -286,8 +400,9 @@ class Outbox:
         """Store one operation for delivery; durable when this returns. Returns its record.
 
         Validated as ``prme.submit_operation`` would at submit time (kind, a JSON object of at
-        most 1 MiB with an RFC 8785 form, user_id, at most 100 dependencies); the payload hash
-        is computed here. Without ``operation_id`` a time-ordered UUIDv7 is chosen. With one,
+        most 1 MiB with an RFC 8785 form, user_id, at most 100 dependencies), and the payload's
+        fields as the executor will read them (:func:`validate_payload`); the payload hash is
+        computed here. Without ``operation_id`` a time-ordered UUIDv7 is chosen. With one,
         enqueue is idempotent: the same id with the same operation returns the stored record
         (in whatever state it reached); with another user, kind, payload or dependencies it
         raises :class:`IdempotencyConflict`. Operation ids are unique per pack.
@@ -296,6 +411,7 @@ class Outbox:
             raise InvalidInput(f"kind must be one of {', '.join(LEDGER_KINDS)}, got {kind!r:.80}")
         user_id = valid_user_id(user_id)
         plain, payload_hash = canonical_payload(payload)
+        validate_payload(kind, plain)
         op_id = time_ordered_uuid() if operation_id is None else parse_uuid("operation_id", operation_id)
         now = _now()
         record = OutboxRecord(

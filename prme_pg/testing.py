@@ -1,11 +1,15 @@
 """Real PostgreSQL for tests and benchmarks: find one, or start a throwaway cluster.
 
-Resolution order (DESIGN.md section 7):
+Resolution order (docs/DESIGN.md section 7):
 
 1. ``PRME_TEST_DSN``: a superuser DSN of a server you run;
 2. a throwaway cluster from this machine's PostgreSQL binaries (``initdb`` run as
-   the ``postgres`` user when we are root);
-3. testcontainers, when a Docker engine answers;
+   the ``postgres`` user when we are root): ``$PG_BINDIR``, else those of ``$PG_MAJOR``
+   (``/usr/lib/postgresql/$PG_MAJOR/bin``, and nothing else when it is set), else
+   pg_config's, else Debian's newest;
+3. testcontainers (the ``test`` extra), when a Docker engine answers: the image
+   ``$PRME_TEST_IMAGE``, default ``postgres:$PG_MAJOR`` (15); the tests need pgTAP and
+   plpgsql_check in it (tests/docker/Dockerfile builds one);
 4. otherwise :class:`NoPostgresError`, which says what to install. Nothing skips.
 
 Databases made here get random names and are dropped again: the server may be
@@ -15,6 +19,7 @@ shared with other runs.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import pwd
 import shutil
@@ -25,6 +30,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -43,12 +49,25 @@ __all__ = [
     "resolve_server",
 ]
 
-INSTALL_HINT = (
-    "prme-pg tests need a real PostgreSQL 15+ with pgTAP and plpgsql_check. Either set "
-    "PRME_TEST_DSN=postgresql://USER@HOST:PORT/DB (a superuser), or install the server binaries: "
-    "apt-get install postgresql-15 postgresql-15-pgtap postgresql-15-plpgsql-check postgresql-15-cron "
-    "(see README.md, 'Running the tests')."
-)
+DEFAULT_PG_MAJOR = "15"
+
+
+def pg_major() -> str:
+    """The PostgreSQL major the harness looks for: ``$PG_MAJOR``, else 15."""
+    return os.environ.get("PG_MAJOR") or DEFAULT_PG_MAJOR
+
+
+def install_hint() -> str:
+    major = pg_major()
+    return (
+        f"prme-pg tests need a real PostgreSQL {major} with pgTAP and plpgsql_check. Either set "
+        "PRME_TEST_DSN=postgresql://USER@HOST:PORT/DB (a superuser), or install the server binaries: "
+        f"apt-get install postgresql-{major} postgresql-{major}-pgtap postgresql-{major}-plpgsql-check "
+        f"postgresql-{major}-cron "
+        "(scripts/install-system-deps; another major than the system's needs PostgreSQL's apt "
+        "repository: see README.md, 'Set up and run the tests')."
+    )
+
 
 #: Settings for a cluster whose data may be lost: tests that do not crash the server.
 FAST_SETTINGS: Mapping[str, str] = {
@@ -68,6 +87,8 @@ class Server:
 
     dsn: str
     cluster: PostgresCluster | None = None
+    #: A testcontainers container to stop on close (anything with ``stop()``).
+    container: Any = None
 
     def dsn_for(self, dbname: str) -> str:
         params = conninfo_to_dict(self.dsn)
@@ -77,12 +98,17 @@ class Server:
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.destroy()
+        if self.container is not None:
+            self.container.stop()
 
 
 def find_pg_bindir() -> Path | None:
-    """The directory of initdb/pg_ctl: $PG_BINDIR, pg_config's, or Debian's newest."""
+    """The directory of initdb/pg_ctl: $PG_BINDIR; $PG_MAJOR's (only it, when set); pg_config's; Debian's newest."""
     if env := os.environ.get("PG_BINDIR"):
         return Path(env)
+    if major := os.environ.get("PG_MAJOR"):
+        named = Path("/usr/lib/postgresql") / major / "bin"
+        return named if (named / "initdb").exists() else None
     if pg_config := shutil.which("pg_config"):
         out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
         candidate = Path(out.stdout.strip())
@@ -138,7 +164,7 @@ class PostgresCluster:
         if result.returncode != 0:
             log = self.logfile.read_text(errors="replace")[-2000:] if self.logfile.exists() else ""
             raise NoPostgresError(
-                f"{args[0]} failed ({result.returncode}): {result.stderr.strip()}\n{log}\n{INSTALL_HINT}"
+                f"{args[0]} failed ({result.returncode}): {result.stderr.strip()}\n{log}\n{install_hint()}"
             )
         return result
 
@@ -193,7 +219,7 @@ class PostgresCluster:
     def create(cls, settings: Mapping[str, str] | None = None) -> PostgresCluster:
         bindir = find_pg_bindir()
         if bindir is None:
-            raise NoPostgresError(f"no PostgreSQL server binaries found. {INSTALL_HINT}")
+            raise NoPostgresError(f"no PostgreSQL server binaries found. {install_hint()}")
         cluster = cls(bindir=bindir, settings=dict(settings or {}))
         try:
             cluster.init()
@@ -223,14 +249,33 @@ def resolve_server(settings: Mapping[str, str] | None = None) -> Server:
     if find_pg_bindir() is not None:
         cluster = PostgresCluster.create(settings)
         return Server(cluster.dsn, cluster)
+    if os.environ.get("PG_MAJOR") and not _docker_answers():
+        raise NoPostgresError(
+            f"PG_MAJOR={pg_major()} but /usr/lib/postgresql/{pg_major()}/bin has no initdb. {install_hint()}"
+        )
     if _docker_answers():
+        return _container_server(settings)
+    raise NoPostgresError(f"no PostgreSQL found. {install_hint()}")
+
+
+def _container_server(settings: Mapping[str, str] | None) -> Server:
+    """A PostgreSQL container through testcontainers (the ``test`` extra), stopped by :meth:`Server.close`."""
+    for name in ("testcontainers.community.postgres", "testcontainers.postgres"):  # newer, then older releases
         try:
-            from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise NoPostgresError(f"a Docker engine answers but testcontainers is missing. {INSTALL_HINT}") from exc
-        container = PostgresContainer("postgres:15", driver=None).start()
-        return Server(container.get_connection_url())
-    raise NoPostgresError(f"no PostgreSQL found. {INSTALL_HINT}")
+            module = importlib.import_module(name)
+            break
+        except ImportError:
+            continue
+    else:
+        raise NoPostgresError(
+            "a Docker engine answers but testcontainers is missing: pip install -e '.[test]'. " + install_hint()
+        )
+    image = os.environ.get("PRME_TEST_IMAGE") or f"postgres:{pg_major()}"
+    container = module.PostgresContainer(image, driver=None)
+    if settings:
+        container = container.with_command(" ".join(f"-c {name}={value}" for name, value in settings.items()))
+    container.start()
+    return Server(container.get_connection_url(), container=container)
 
 
 def create_database(server: Server, *, template: str | None = None, prefix: str = "prme_test") -> str:

@@ -41,8 +41,8 @@ def _install_test_extensions(dsn: str) -> None:
             script = os.environ.get("PGTAP_SQL")
             if not script or not Path(script).exists():
                 pytest.fail(
-                    "the server has no pgtap extension: install postgresql-15-pgtap, or set PGTAP_SQL "
-                    "to the distribution's pgtap.sql",
+                    f"the server has no pgtap extension: install postgresql-{testing.pg_major()}-pgtap, or set "
+                    "PGTAP_SQL to the distribution's pgtap.sql",
                     pytrace=False,
                 )
             conn.execute(Path(script).read_text().encode())
@@ -50,7 +50,8 @@ def _install_test_extensions(dsn: str) -> None:
             conn.execute("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
         except psycopg.Error as exc:
             pytest.fail(
-                f"the server has no plpgsql_check extension ({exc}): install postgresql-15-plpgsql-check",
+                f"the server has no plpgsql_check extension ({exc}): "
+                f"install postgresql-{testing.pg_major()}-plpgsql-check",
                 pytrace=False,
             )
 

@@ -31,6 +31,7 @@ from prme_pg import (
     AsyncMemoryClient,
     InvalidInput,
     MemoryClient,
+    NotFoundError,
     PackInUseError,
     PrmeError,
     migrations,
@@ -77,6 +78,13 @@ def test_a_malformed_id_raises_value_error_before_any_io(memory: MemoryClient, a
     with no_io(memory), pytest.raises(ValueError, match=f"{argument} must be a UUID") as raised:
         memory.reinforce(ids["node_id"], ids["evidence_id"], user_id=ALICE, request_id=ids["request_id"])
     assert isinstance(raised.value, InvalidInput)
+
+
+def test_not_found_is_a_lookup_error_and_a_value_error(memory: MemoryClient) -> None:
+    """Code written for PRME catches ValueError for "not found"; LookupError keeps working too."""
+    for caught in (ValueError, LookupError, NotFoundError):
+        with pytest.raises(caught):
+            memory.get_node(uuid.uuid4(), user_id=ALICE)
 
 
 def test_malformed_ids_and_times_fail_before_io_everywhere(memory: MemoryClient) -> None:
@@ -426,7 +434,9 @@ def test_the_demo_counts_the_retry_once_and_verifies(tmp_path: Path) -> None:
         assert run_demo(str(tmp_path / "memories"), Console(file=output, width=200)) == 0
         text = output.getvalue()
         assert "counted once" in text and "replayed = yes" in text
-        assert f"({2 * run} records" in text
+        # Its own memory's records (issue 20: not the whole pack's), and the earlier runs' checked too.
+        assert "This memory has 2 records" in text
+        assert ("2 more from earlier runs, checked too" in text) == (run == 2)
         assert "found 0 problem(s)" in text and "gives exactly the stored memory" in text
 
 

@@ -1,6 +1,6 @@
 """One suite, two engines: PostgreSQL and the DuckDB memory pack behave alike.
 
-Every rule of DESIGN.md sections 3 (reinforce) and 4 (the journal) is checked here
+Every rule of docs/DESIGN.md sections 3 (reinforce) and 4 (the journal) is checked here
 through the public clients, once per engine (the ``engine`` fixture of
 conformance_backends.py). The last part compares the engines byte for byte: the
 same fixed inputs give the same journal record text and checksum on both, and

@@ -5,6 +5,8 @@ talking to a real PostgreSQL clone, exercised with httpx and schemathesis.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,11 +15,13 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import rfc8785
 import schemathesis
 import schemathesis.checks
 from hypothesis import HealthCheck, given, settings
 
 from prme_pg import MemoryClient
+from prme_pg.http import PUBLIC_PATHS
 
 from .live_server import serve
 
@@ -78,6 +82,67 @@ def test_health_needs_no_token_and_everything_else_does(api: Api) -> None:
         body = ready.json()
         assert body.pop("ledger")["accepting"] is True  # the ledger's backlog: tests/test_ledger_surfaces.py
         assert body == {"ready": True, "accepts_writes": True, "migrations_current": True, "detail": "ready"}
+
+
+def test_every_route_but_the_public_ones_needs_a_token(api: Api) -> None:
+    """docs/HTTP.md and the code agree: the paths listed as public answer without a token, no other does."""
+    checked = 0
+    with api.client(None) as http:
+        for path in PUBLIC_PATHS:
+            assert http.get(path).status_code == 200, path
+        for template, operations in http.get("/openapi.json").json()["paths"].items():
+            path = re.sub(r"\{[^}]+\}", str(uuid.uuid4()), template)
+            for method in operations:
+                response = http.request(method.upper(), path)
+                if template in PUBLIC_PATHS:
+                    assert response.status_code == 200, (method, template)
+                else:
+                    _problem(response, 401, "unauthorized")
+                checked += 1
+    assert checked >= 28  # every operation of the API as it stands
+    assert {"/health", "/openapi.json", "/docs"} <= set(PUBLIC_PATHS)
+
+
+def test_created_resources_carry_their_location(api: Api) -> None:
+    with api.client(api.alice) as alice:
+        created = alice.post("/v1/nodes", json={"content": "alice prefers tabs"})
+        assert created.status_code == 201
+        assert created.headers["location"] == f"/v1/nodes/{created.json()['id']}"
+        assert alice.get(created.headers["location"]).json() == created.json()
+        patch = alice.post("/v1/maintenance/patches")
+        assert patch.status_code == 201
+        assert alice.get(patch.headers["location"]).json()["patch_id"] == patch.json()["patch_id"]
+        payload = {"content": "via the ledger"}
+        operation = {
+            "operation_id": str(uuid.uuid4()),
+            "schema_version": 2,
+            "kind": "add_node",
+            "payload_hash": hashlib.sha256(rfc8785.dumps(payload)).hexdigest(),
+            "payload": payload,
+        }
+        accepted = alice.post("/api/v2/operations", json=operation)
+        assert accepted.status_code == 202, accepted.text
+        assert accepted.headers["location"] == f"/api/v2/operations/{operation['operation_id']}"
+        assert alice.get(accepted.headers["location"]).json()["operation_id"] == operation["operation_id"]
+        again = alice.post("/api/v2/operations", json=operation)
+        assert again.status_code == 200 and "location" not in again.headers
+
+
+def test_a_body_that_is_not_json_is_415(api: Api) -> None:
+    body = '{"content": "alice prefers tabs"}'
+    with api.client(api.alice) as alice:
+        for headers in ({"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"}, {}):
+            response = alice.post("/v1/nodes", content=body, headers=headers)
+            problem = _problem(response, 415, "unsupported-media-type")
+            assert "application/json" in problem["detail"]
+        form = alice.post("/v1/events", data={"content": "a form"})
+        _problem(form, 415, "unsupported-media-type")
+        charset = alice.post("/v1/nodes", content=body, headers={"Content-Type": "application/json; charset=utf-8"})
+        assert charset.status_code == 201, charset.text
+        # No body at all is no body to refuse: an empty reinforce still confirms.
+        assert alice.put(f"/v1/nodes/{charset.json()['id']}/reinforce").status_code == 200
+    with MemoryClient(api.dsn) as memory:
+        assert [n.content for n in memory.list_nodes(user_id="alice")] == ["alice prefers tabs"]
 
 
 def test_revoked_token_is_refused(api: Api) -> None:

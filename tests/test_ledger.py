@@ -310,7 +310,7 @@ def test_invalid_submits_are_pr422_and_store_nothing(
 
 
 def test_an_unknown_dependency_is_pr404_and_stores_nothing(conn: psycopg.Connection[Any]) -> None:
-    # DESIGN's error table: an operation unavailable to this owner is "not found".
+    # docs/DESIGN.md's error table: an operation unavailable to this owner is "not found".
     known = submit(conn, "add_node", node("known"))["operation_id"]
     unknown = uuid.UUID(int=7)
     with pytest.raises(psycopg.Error) as caught:

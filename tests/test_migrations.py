@@ -38,7 +38,7 @@ def _psql() -> str:
     bindir = testing.find_pg_bindir()
     candidate = bindir / "psql" if bindir else None
     found = str(candidate) if candidate and candidate.exists() else shutil.which("psql")
-    assert found, "psql is needed: apt-get install postgresql-client-15"
+    assert found, f"psql is needed: apt-get install postgresql-client-{testing.pg_major()}"
     return found
 
 

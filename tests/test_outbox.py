@@ -162,8 +162,17 @@ def test_an_operation_cannot_depend_on_itself(tmp_path: Path) -> None:
 
 def test_every_ledger_kind_is_accepted(tmp_path: Path) -> None:
     outbox = Outbox(tmp_path)
+    node = str(uuid.uuid4())
+    smallest = {  # the required fields of each kind (tests/test_outbox_validation.py has the rest)
+        "add_node": {"content": "x"},
+        "add_event": {"content": "x"},
+        "reinforce": {"node_id": node},
+        "archive_node": {"node_id": node},
+        "record_outcome": {"node_id": node, "outcome": "implicit_success"},
+        "link_correction": {"message": "x", "candidate_node_ids": [node]},
+    }
     for kind in LEDGER_KINDS:
-        assert outbox.enqueue(kind, {}, user_id=ALICE).kind == kind
+        assert outbox.enqueue(kind, smallest[kind], user_id=ALICE).kind == kind
     assert {"record_outcome", "link_correction"} <= set(LEDGER_KINDS)
 
 
@@ -261,7 +270,7 @@ def test_cli_enqueue(tmp_path: Path) -> None:
     assert _cli("enqueue", "add_node", "--user-id", ALICE, "--pack", pack, stdin="{not json").returncode == 2
     assert _cli("enqueue", "add_node", "--user-id", ALICE, "--pack", pack, stdin="[1]").returncode == 2
     assert _cli("enqueue", "nope", "--user-id", ALICE, "--pack", pack, stdin="{}").returncode == 2
-    assert _cli("enqueue", "add_node", "--user-id", " x", "--pack", pack, stdin="{}").returncode == 1
+    assert _cli("enqueue", "add_node", "--user-id", " x", "--pack", pack, stdin='{"content": "x"}').returncode == 2
     assert _counts(Path(pack))["pending"] == 2
 
 

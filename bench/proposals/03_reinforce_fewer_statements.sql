@@ -19,7 +19,7 @@
 -- finds the key taken (ON CONFLICT waits for a concurrent holder to finish),
 -- nothing is written, and _key_replays (a fresh snapshot) answers: a replay when
 -- the key is bound to this node and evidence, PR409 otherwise. This replaces the
--- re-check after the lock; the outcome is the same in every interleaving (DESIGN.md
+-- re-check after the lock; the outcome is the same in every interleaving (docs/DESIGN.md
 -- section 3) and the bytes written are the same (bench/run.py --compare checks the
 -- records; the pgTAP and race tests are the proof to run before adopting it).
 \ir 02_helpers_inline_sql.sql

@@ -491,7 +491,8 @@ class DuckDBBackend:
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise PackInUseError(self.path, str(exc)) from exc
-            raise
+            # Not a DuckDB file, unreadable, a newer DuckDB's format: the pack is unavailable.
+            raise PrmeError(f"cannot open the memory pack file {self.file}: {exc}") from exc
         try:
             self._install()
         except BaseException:
@@ -748,7 +749,7 @@ class DuckDBBackend:
                 raise NotFoundError("node not found")
             row = rows[0]
             node = row["node"]
-            # DESIGN.md section 3, in prme.reinforce's order: a key bound to this same
+            # docs/DESIGN.md section 3, in prme.reinforce's order: a key bound to this same
             # call is a replay (even of an archived node: it restores nothing).
             if request.request_id is not None and row["key_found"]:
                 if row["key_matches"]:

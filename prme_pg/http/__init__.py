@@ -1,7 +1,10 @@
 """The HTTP API: FastAPI over :class:`~prme_pg.AsyncMemoryClient`.
 
-Every route but ``/health`` needs ``Authorization: Bearer <token>``; a token acts
-for exactly one owner (see :mod:`prme_pg.tokens`), so no route takes a user_id.
+Every route but those in :data:`PUBLIC_PATHS` (``/health``, the API's own description:
+``/openapi.json``, ``/docs``, ``/redoc``, and the console's static pages under ``/ui/``)
+needs ``Authorization: Bearer <token>``; a token acts for exactly one owner (see :mod:`prme_pg.tokens`), so no route
+takes a user_id. A request body must be JSON (415 otherwise); a created resource's 201
+(or an accepted operation's 202) carries its ``Location``.
 Errors are RFC 9457 problem+json whose ``type`` names the SQLSTATE. A retried
 confirmation with the same ``Idempotency-Key`` counts once and is answered with
 ``Idempotent-Replayed: true``. Install with the ``http`` extra; serve with
@@ -20,17 +23,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 from .. import __version__
 from ..aio import AsyncMemoryClient
 from . import console, ledger, maintenance, nodes, ops, recall, review
+from .dependencies import json_body
 from .problems import EXCEPTION_HANDLERS
 
 if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
 
-__all__ = ["ROUTERS", "create_app"]
+__all__ = ["PUBLIC_PATHS", "ROUTERS", "create_app"]
+
+#: What answers without a token: liveness, the API's description, and the review console's
+#: static pages (every path under /ui/; the page asks for a token and sends it with each API
+#: call). None of them holds data.
+PUBLIC_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/ui/")
 
 # In this order in the OpenAPI document (the console's pages are not in it).
 ROUTERS: tuple[APIRouter, ...] = (
@@ -62,6 +71,7 @@ def create_app(client: AsyncMemoryClient, *, metrics: ServiceMetrics | None = No
         description="A memory engine for AI agents: confirm, correct and audit memories.",
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,
+        dependencies=[Depends(json_body)],
     )
     app.state.client = client  # what the Client dependency hands to each route
     for router in ROUTERS:

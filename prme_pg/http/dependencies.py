@@ -1,5 +1,6 @@
 """What a route can ask for: the app's client (``Client``) and the owner its bearer
-token acts for (``Owner``), both as FastAPI dependencies."""
+token acts for (``Owner``), both as FastAPI dependencies; and ``json_body``, which every
+route has (415 for a body that is not JSON)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,45 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ..aio import AsyncMemoryClient
 from ..tokens import parse_token
 
-__all__ = ["Client", "Owner", "Unauthorized", "current_owner", "memory_client"]
+__all__ = [
+    "Client",
+    "Owner",
+    "Unauthorized",
+    "UnsupportedMediaType",
+    "current_owner",
+    "json_body",
+    "memory_client",
+]
 
 bearer = HTTPBearer(auto_error=False, description="prme.<owner>.<secret>, from `prme-pg token create`")
 
 
 class Unauthorized(Exception):
     """No valid bearer token: answered 401 (see :mod:`prme_pg.http.problems`)."""
+
+
+class UnsupportedMediaType(Exception):
+    """A request body that is not JSON: answered 415 (see :mod:`prme_pg.http.problems`)."""
+
+
+def _is_json(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or (media_type.startswith("application/") and media_type.endswith("+json"))
+
+
+async def json_body(request: Request) -> None:
+    """415 unless a request's body, when it has one, says it is JSON: every body this API reads is.
+
+    A request without a body passes (the routes whose body is optional take none); so does
+    every GET. Without this, FastAPI would read a form or a body without a Content-Type
+    as something else and answer 422 with a message about the wrong thing.
+    """
+    if request.method in ("GET", "HEAD", "OPTIONS", "DELETE") or not await request.body():
+        return
+    content_type = request.headers.get("content-type", "")
+    if not _is_json(content_type):
+        shown = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+        raise UnsupportedMediaType(f"the request body must be JSON (Content-Type: application/json), not {shown}")
 
 
 def memory_client(request: Request) -> AsyncMemoryClient:

@@ -9,7 +9,7 @@ from uuid import UUID
 from fastapi import Header
 from pydantic import PlainSerializer
 
-__all__ = ["REPLAYED_HEADER", "IdempotencyKey", "Number"]
+__all__ = ["LOCATION_HEADER", "REPLAYED_HEADER", "IdempotencyKey", "Number"]
 
 # Decimals go out as JSON numbers (0.65, not "0.65"); they are numeric(5,4), so a
 # double holds each exactly enough to print the same shortest form.
@@ -20,3 +20,7 @@ IdempotencyKey = Annotated[UUID | None, Header(alias="Idempotency-Key", descript
 
 # The response header of such a retry, for a route's documented responses.
 REPLAYED_HEADER: dict[str, Any] = {"Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]}}}
+# Where a created resource (or an accepted operation's receipt) can be read: a path on this server.
+LOCATION_HEADER: dict[str, Any] = {
+    "Location": {"description": "the path to GET the new resource at", "schema": {"type": "string"}}
+}

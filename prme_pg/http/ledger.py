@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..aio import AsyncMemoryClient
 from ..models import OperationEvent, Receipt
 from .dependencies import Client, Owner
+from .fields import LOCATION_HEADER
 from .problems import problem_responses
 from .sse import EVENT_STREAM, After, LastEventId, MaxSeconds, event_stream, message, resume_after
 
@@ -125,7 +126,10 @@ async def _poll(
             s404="a dependency is not an operation of the token's owner (nothing stored)",
             s409="operation_id was already used for another operation (nothing changed)",
         ),
-        202: {"description": "accepted: the operation is durably in the ledger (created: true)"},
+        202: {
+            "description": "accepted: the operation is durably in the ledger (created: true); Location is its receipt",
+            "headers": LOCATION_HEADER,
+        },
         200: {"description": "the same operation was submitted before: its stored receipt", "model": ReceiptOut},
     },
 )
@@ -141,7 +145,9 @@ async def submit_operation(body: OperationIn, user_id: Owner, client: Client, re
         payload_hash=body.payload_hash,
         schema_version=body.schema_version,
     )
-    if not receipt.created:
+    if receipt.created:
+        response.headers["Location"] = f"/api/v2/operations/{receipt.operation_id}"
+    else:
         response.status_code = 200
     return ReceiptOut.of(receipt)
 

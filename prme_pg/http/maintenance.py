@@ -22,7 +22,7 @@ from ..models import (
     OutcomeSummary,
 )
 from .dependencies import Client, Owner
-from .fields import REPLAYED_HEADER, IdempotencyKey, Number
+from .fields import LOCATION_HEADER, REPLAYED_HEADER, IdempotencyKey, Number
 from .nodes import NodeOut
 from .problems import problem_responses
 
@@ -342,11 +342,18 @@ async def maintenance_report(
     status_code=201,
     response_model=PatchOut,
     tags=["maintenance"],
-    responses=problem_responses(401, 422, 503),
+    responses={
+        **problem_responses(401, 415, 422, 503),
+        201: {"description": "the stored patch", "headers": LOCATION_HEADER},
+    },
 )
-async def maintenance_patch(user_id: Owner, client: Client, body: PatchIn | None = None) -> PatchOut:
-    """Store the actionable recommendations as a patch for review; changes no memory."""
-    return PatchOut.of(await client.maintenance_patch(user_id=user_id, as_of=body.as_of if body else None))
+async def maintenance_patch(
+    user_id: Owner, client: Client, response: Response, body: PatchIn | None = None
+) -> PatchOut:
+    """Store the actionable recommendations as a patch for review; changes no memory. ``Location`` is its URL."""
+    patch = await client.maintenance_patch(user_id=user_id, as_of=body.as_of if body else None)
+    response.headers["Location"] = f"/v1/maintenance/patches/{patch.patch_id}"
+    return PatchOut.of(patch)
 
 
 @router.get(

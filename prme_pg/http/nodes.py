@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..models import Event, Node
 from .dependencies import Client, Owner
-from .fields import REPLAYED_HEADER, IdempotencyKey, Number
+from .fields import LOCATION_HEADER, REPLAYED_HEADER, IdempotencyKey, Number
 from .problems import problem_responses
 
 __all__ = ["NodeOut", "router"]
@@ -95,11 +95,20 @@ class ReinforceIn(BaseModel):
 
 
 @router.post(
-    "/v1/nodes", status_code=201, response_model=NodeOut, tags=["memories"], responses=problem_responses(401, 422, 503)
+    "/v1/nodes",
+    status_code=201,
+    response_model=NodeOut,
+    tags=["memories"],
+    responses={
+        **problem_responses(401, 415, 422, 503),
+        201: {"description": "the new memory", "headers": LOCATION_HEADER},
+    },
 )
-async def add_node(body: NodeIn, user_id: Owner, client: Client) -> NodeOut:
-    """Create a memory for the token's owner."""
-    return NodeOut.of(await client.add_node(body.content, user_id=user_id, **body.model_dump(exclude={"content"})))
+async def add_node(body: NodeIn, user_id: Owner, client: Client, response: Response) -> NodeOut:
+    """Create a memory for the token's owner; ``Location`` is its URL."""
+    node = await client.add_node(body.content, user_id=user_id, **body.model_dump(exclude={"content"}))
+    response.headers["Location"] = f"/v1/nodes/{node.id}"
+    return NodeOut.of(node)
 
 
 @router.get(

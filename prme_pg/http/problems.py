@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, PrmeError
-from .dependencies import Unauthorized
+from .dependencies import Unauthorized, UnsupportedMediaType
 
 __all__ = ["EXCEPTION_HANDLERS", "PROBLEM_JSON", "Problem", "problem", "problem_responses"]
 
@@ -27,6 +27,7 @@ _DESCRIBED = {
     401: "missing, malformed, unknown or revoked bearer token",
     404: "not found (missing, archived, or another owner's)",
     409: "idempotency key already used for another node or evidence",
+    415: "the request body is not JSON (Content-Type: application/json)",
     422: "invalid input",
     503: "the database is unavailable",
 }
@@ -70,6 +71,10 @@ async def _unauthorized(_: Request, exc: Exception) -> JSONResponse:
     return problem(401, "unauthorized", "Unauthorized", str(exc), {"WWW-Authenticate": "Bearer"})
 
 
+async def _unsupported_media_type(_: Request, exc: Exception) -> JSONResponse:
+    return problem(415, "unsupported-media-type", "Unsupported Media Type", str(exc))
+
+
 async def _engine_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PrmeError)
     title = _TITLES.get(type(exc))
@@ -98,6 +103,7 @@ async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
 # Every error a route raises, as the problem it answers with (FastAPI(exception_handlers=...)).
 EXCEPTION_HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
     Unauthorized: _unauthorized,
+    UnsupportedMediaType: _unsupported_media_type,
     PrmeError: _engine_error,
     RequestValidationError: _invalid_request,
     StarletteHTTPException: _http_error,

@@ -1,7 +1,7 @@
 -- =============================================================================
 -- prme-pg DuckDB port: tables of a memory pack
 --
--- The same tables and columns as PostgreSQL's prme schema (DESIGN.md section 2),
+-- The same tables and columns as PostgreSQL's prme schema (docs/DESIGN.md section 2),
 -- with DuckDB types: DECIMAL(5,4) numbers, TIMESTAMPTZ times, UUID[] evidence.
 -- Primary keys are the same and lead with user_id. What DuckDB cannot express is
 -- kept by the single-writer transaction of prme_pg.backends.duckdb instead:

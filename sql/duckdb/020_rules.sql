@@ -10,7 +10,7 @@
 --   prme.journal_record_v2    prme._journal_record_v2: the text of a version 2 record
 --   prme.reinforced_boost     prme._reinforced_boost (policy additive_caps_v1)
 --   prme.reinforced_confidence prme._reinforced_confidence (policy additive_caps_v1)
---   prme.reinforced           the after state of reinforce (DESIGN.md section 3, step 5)
+--   prme.reinforced           the after state of reinforce (docs/DESIGN.md section 3, step 5)
 --   prme.archived             the after state of archive_node
 -- A node is a STRUCT with the columns of prme.nodes (a row alias such as `n` in
 -- `FROM prme.nodes AS n` is one). Recreated on every open, so a pack always runs
@@ -114,7 +114,7 @@ CAST(greatest(boost, least(boost + 0.15, 0.5)) AS DECIMAL(5, 4));
 CREATE OR REPLACE MACRO prme.reinforced_confidence(confidence) AS
 CAST(greatest(confidence, least(confidence + 0.05, 0.95)) AS DECIMAL(5, 4));
 
--- DESIGN.md section 3, step 5: caps that never reduce, both timestamps set to now,
+-- docs/DESIGN.md section 3, step 5: caps that never reduce, both timestamps set to now,
 -- the evidence appended (never de-duplicated), version + 1. Every other field,
 -- salience_base included, is kept. struct_update keeps the fields' order and types.
 CREATE OR REPLACE MACRO prme.reinforced(node, evidence_id, now) AS

@@ -1,7 +1,7 @@
 -- =============================================================================
 -- prme-pg: reinforce (explicit confirmation of a memory)
 --
--- The reference semantics are DESIGN.md section 3; in short:
+-- The reference semantics are docs/DESIGN.md section 3; in short:
 --   1. validate; 2. a committed key for this same node and evidence is a replay:
 --   return the current node, write nothing, take no row lock; a key bound to
 --   anything else is PR409; 3. lock the node (missing, foreign or archived is

@@ -1,5 +1,5 @@
 -- =============================================================================
--- test_journal.sql: the journal of DESIGN.md section 4.
+-- test_journal.sql: the journal of docs/DESIGN.md section 4.
 --
 -- Proves: records are RFC 8785 canonical JSON, byte for byte what the Python
 -- rfc8785 package produces for the same values (golden text and checksum);
@@ -186,7 +186,7 @@ SELECT is(
      WHERE j.user_id = 'alice' AND j.node_id = 'aaaaaaaa-0000-4000-8000-000000000001'),
     ARRAY['after', 'before', 'evidence_id', 'node_id', 'op', 'operation_id', 'policy', 'prev_checksum',
           'recorded_at', 'request_id', 'user_id', 'version'],
-    'a v2 record has exactly the twelve fields of DESIGN.md section 4');
+    'a v2 record has exactly the twelve fields of docs/DESIGN.md section 4');
 
 -- -----------------------------------------------------------------------------
 -- 4. reinforce and archive records chain per node

@@ -1,5 +1,5 @@
 -- =============================================================================
--- test_reinforce.sql: prme.reinforce follows every rule of DESIGN.md section 3.
+-- test_reinforce.sql: prme.reinforce follows every rule of docs/DESIGN.md section 3.
 --
 -- Proves: the additive caps from many starting values (never reduced, salience
 -- unchanged); version +1 and last_reinforced_at = updated_at = now(); evidence

@@ -1,6 +1,6 @@
 -- =============================================================================
 -- test_security.sql: roles, privileges, row-level security and the catalog
--- rules of DESIGN.md sections 2 and 5.
+-- rules of docs/DESIGN.md sections 2 and 5.
 --
 -- Proves: the four roles exist and cannot log in; prme_app has USAGE on the
 -- schema and EXECUTE on exactly the API functions, nothing on any table or
@@ -16,7 +16,7 @@
 BEGIN;
 SELECT plan(100);
 
--- The API is every function in prme whose name does not start with _ (DESIGN.md
+-- The API is every function in prme whose name does not start with _ (docs/DESIGN.md
 -- section 5), so functions added by later migrations are held to the same rules.
 -- The core API of issue 2 must be among them.
 CREATE TEMP VIEW api AS

@@ -103,7 +103,7 @@ def api_functions(conn: psycopg.Connection[Any]) -> list[ApiFunction]:
 
 
 def api_call(function: ApiFunction, args: dict[str, Any]) -> sql.Composed:
-    """SELECT * FROM prme.f(name => %(name)s, ...): named notation, as DESIGN.md promises."""
+    """SELECT * FROM prme.f(name => %(name)s, ...): named notation, as docs/DESIGN.md promises."""
     named = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in args)
     return sql.SQL("SELECT * FROM prme.{}({})").format(sql.Identifier(function.name), named)
 
@@ -300,7 +300,7 @@ SELECT md5(concat_ws('|',
 """
 
 
-#: The tables of DESIGN.md section 2 whose changes the tests count exactly. Tables that later
+#: The tables of docs/DESIGN.md section 2 whose changes the tests count exactly. Tables that later
 #: capabilities add (outcomes, summaries, ledger ...) are held to "only the caller's own rows
 #: change" and "a replay changes nothing" instead, so the suite keeps working as they land.
 CORE_TABLES = ("nodes", "events", "journal", "request_keys")

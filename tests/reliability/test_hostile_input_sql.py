@@ -279,7 +279,7 @@ def _encodable(value: str) -> bool:
 
 
 def _valid_user_id(value: str) -> bool | None:
-    """None where DESIGN.md leaves it to the server's notion of a control character."""
+    """None where docs/DESIGN.md leaves it to the server's notion of a control character."""
     if not _encodable(value) or not 1 <= len(value) <= 256 or value != value.strip(" "):
         return False
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
@@ -287,7 +287,7 @@ def _valid_user_id(value: str) -> bool | None:
     return True if all(c.isprintable() for c in value) else None
 
 
-#: When an add_node text argument is valid, per DESIGN.md section 2 and the validation module.
+#: When an add_node text argument is valid, per docs/DESIGN.md section 2 and the validation module.
 MODEL: dict[str, Callable[[str], bool | None]] = {
     "user_id": _valid_user_id,
     "content": lambda v: _encodable(v) and v.strip(BLANKS) != "" and len(v.encode()) <= CONTENT_LIMIT,
@@ -316,7 +316,7 @@ def test_hostile_text_in_add_node_is_refused_or_kept_exactly(
             TRIED_TEXT.add(refused)
             assert after == before, f"{argument}={value!r} was refused ({refused}) but changed rows"
             assert refused.startswith("client:") or MODEL[argument](value) is not True, (
-                f"{argument}={value!r} is valid (DESIGN.md) but was refused with {refused}"
+                f"{argument}={value!r} is valid (docs/DESIGN.md) but was refused with {refused}"
             )
             return
         TRIED_TEXT.add("stored")
@@ -466,7 +466,7 @@ NUMERIC_SYNTAX = re.compile(r"[ \t\n\r\f\v]*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE]
 
 
 def _valid_fraction(value: Decimal) -> bool:
-    """DESIGN.md: a number in [0, 1] with at most 4 decimals (numeric(5,4) holds it exactly)."""
+    """docs/DESIGN.md: a number in [0, 1] with at most 4 decimals (numeric(5,4) holds it exactly)."""
     if not value.is_finite():
         return False
     exponent = value.as_tuple().exponent

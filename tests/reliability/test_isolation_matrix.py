@@ -24,7 +24,7 @@ a fresh id in place of each of alice's: the *absent twin*. Then:
   content) appears in any result or any row bob's call wrote.
 
 Each call runs in a transaction that is rolled back, so every call starts from the
-same data. Finally the role rules of DESIGN.md section 5: prme_app can neither read
+same data. Finally the role rules of docs/DESIGN.md section 5: prme_app can neither read
 nor write any prme table (42501), cannot execute internal helpers, and every API
 function is SECURITY DEFINER with a pinned search_path; prme_reader sees the owners bound
 to the reading role (never the one a session setting names), prme_auditor every owner.
@@ -263,7 +263,7 @@ def test_api_functions_are_security_definer_with_a_pinned_search_path(
 def test_internal_helpers_are_not_executable_by_prme_app(
     owners_db: tuple[psycopg.Connection[Any], dict[str, Any]],
 ) -> None:
-    """DESIGN.md section 5: helpers starting with '_' are not granted to prme_app."""
+    """docs/DESIGN.md section 5: helpers starting with '_' are not granted to prme_app."""
     conn, _ = owners_db
     granted = [signature for signature, internal, _, _, app, *_ in conn.execute(FUNCTIONS) if internal and app]
     assert granted == [], f"prme_app may execute internal helpers: {granted}"

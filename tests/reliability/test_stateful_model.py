@@ -1,4 +1,4 @@
-"""Issue 5, item 4: random call sequences on both backends agree with a plain model of DESIGN.md section 3.
+"""Issue 5, item 4: random call sequences on both backends agree with a plain model of docs/DESIGN.md section 3.
 
 A Hypothesis RuleBasedStateMachine drives a PostgreSQL database (a fresh clone of the
 template per example) and a DuckDB memory pack (a fresh folder per example) in lockstep
@@ -185,7 +185,7 @@ def make_machine(open_postgres: Opener, drop_postgres: Callable[[], None], tmp: 
         def _model_reinforce(
             self, node_id: uuid.UUID, evidence_id: uuid.UUID | None, user: str, request_id: uuid.UUID | None
         ) -> tuple[str, Any]:
-            """DESIGN.md section 3 on the model: ("ok", (node, replayed)) or ("error", class)."""
+            """docs/DESIGN.md section 3 on the model: ("ok", (node, replayed)) or ("error", class)."""
             node = self.model_nodes.get(node_id)
             if node is None or node.user_id != user:
                 return "error", NotFoundError
