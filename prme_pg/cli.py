@@ -25,6 +25,7 @@ from .errors import InvalidInput, MigrationError, PrmeError
 from .learning import LearningQueue, LearningSync, queue_status, read_hook_document
 from .models import AppliedOp, MaintenancePatch
 from .outbox import LEDGER_KINDS
+from .validation import loads_bounded
 
 __all__ = ["main"]
 
@@ -258,9 +259,9 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
 
     text = args.payload if args.payload is not None else sys.stdin.read()
     try:
-        payload = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"the payload is not JSON: {exc}") from None
+        payload = loads_bounded(text, "the payload")  # never a RecursionError, however deep
+    except InvalidInput as exc:
+        raise UsageError(str(exc)) from None
     if not isinstance(payload, dict):
         raise UsageError("the payload must be a JSON object")
     record = Outbox(args.pack).enqueue(

@@ -103,7 +103,7 @@ from .models import (
 )
 from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
-from .validation import parse_uuid
+from .validation import check_json_depth, parse_uuid
 
 __all__ = ["MemoryClient", "Target"]
 
@@ -181,6 +181,7 @@ def add_event_request(
     occurred_at: datetime | None,
     event_id: UUID | str | None,
 ) -> AddEvent:
+    check_json_depth("payload", payload)  # before anything recurses into it (json, jsonb, HTTP)
     return AddEvent(
         user_id=user_id,
         content=content,

@@ -8,12 +8,33 @@ stop hook that only enqueues does not load a database driver to validate a user 
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
+from typing import Any
 from uuid import UUID
 
 from .errors import InvalidInput
 
-__all__ = ["parse_uuid", "require_utf8", "valid_user_id"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "check_json_depth",
+    "json_depth_exceeds",
+    "loads_bounded",
+    "parse_uuid",
+    "require_utf8",
+    "valid_user_id",
+]
+
+#: The deepest nesting of a JSON document any entry accepts: the document itself is level
+#: 1, and each object or array inside it one more (``{"a": [1]}`` is 2 deep). The engine's
+#: canonicaliser refuses deeper payloads with PR422 too: one number, every layer
+#: (docs/RELIABILITY.md, "Bounds"). Recursive code (json, rfc8785, PL/pgSQL) stays far
+#: from its stack limit at this depth; no memory written by an agent nests deeper.
+MAX_JSON_DEPTH = 64
+#: The largest JSON payload any entry accepts (its RFC 8785 text): the ledger's limit.
+MAX_JSON_BYTES = 1024 * 1024
 
 # Unicode's control characters (category Cc), as prme._valid_user_id spells them out.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -55,3 +76,47 @@ def valid_user_id(user_id: object) -> str:
     ):
         raise InvalidInput("user_id must be 1 to 256 characters without control characters or surrounding spaces")
     return require_utf8("user_id", user_id)
+
+
+def json_depth_exceeds(value: object, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` (plain JSON data: dicts, lists, scalars) nests deeper than ``max_depth``.
+
+    Iterative, so a document nested a million levels deep (or one that contains itself)
+    is answered without recursion: it stops at the first container below ``max_depth``.
+    """
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, Mapping | list | tuple))
+    return False
+
+
+def check_json_depth(argument: str, value: object, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """:class:`InvalidInput` when ``value`` nests deeper than ``max_depth`` levels (see MAX_JSON_DEPTH)."""
+    if json_depth_exceeds(value, max_depth):
+        raise InvalidInput(f"{argument} must nest at most {max_depth} levels deep")
+
+
+def loads_bounded(data: bytes | str, argument: str = "the document", max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON text; anything that is not JSON nested at most ``max_depth`` deep is :class:`InvalidInput`.
+
+    ``json.loads`` recurses: a document nested deeper than the interpreter's recursion
+    limit raises RecursionError, which is turned into InvalidInput here like any other
+    parse failure, so no reader of untrusted text has to know about it.
+    """
+    try:
+        document = json.loads(data)
+    except RecursionError:
+        raise InvalidInput(f"{argument} must nest at most {max_depth} levels deep") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidInput(f"{argument} is not one JSON document: {exc}") from None
+    check_json_depth(argument, document, max_depth)
+    return document
