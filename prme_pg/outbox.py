@@ -43,7 +43,13 @@ import rfc8785
 
 from . import migrations
 from .backends import GetReceipt, LedgerStatusRequest, Readiness, Request, SubmitOperation
-from .backends.postgres import statement, translate_errors
+from .backends.postgres import (
+    DEFAULT_STATEMENT_TIMEOUT,
+    SET_STATEMENT_TIMEOUT,
+    statement,
+    statement_timeout_setting,
+    translate_errors,
+)
 from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
 from .models import Receipt
 from .spool import Spool, StateMismatch, decode_document, time_ordered_uuid
@@ -611,6 +617,7 @@ class OutboxSyncer:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         connect_timeout: int = 5,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         on_progress: Callable[[SyncProgress], None] | None = None,
         stop: threading.Event | None = None,
     ) -> None:
@@ -625,6 +632,7 @@ class OutboxSyncer:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.connect_timeout = connect_timeout
+        self._statement_timeout = statement_timeout_setting(statement_timeout)
         self.on_progress = on_progress
         self.stop_event = stop or threading.Event()
         self.lock = SyncLock(self.outbox)
@@ -667,6 +675,8 @@ class OutboxSyncer:
                 )
             except psycopg.OperationalError as exc:
                 raise LedgerUnavailable(f"cannot connect to the ledger: {exc}".strip()) from exc
+            if self._statement_timeout is not None:  # as on the clients' pool connections (docs/CLIENTS.md)
+                self._conn.execute(SET_STATEMENT_TIMEOUT, [self._statement_timeout])
         return self._conn
 
     def _drop_connection(self) -> None:

@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FAULT_TRIGGER = """
 CREATE FUNCTION public.test_fault() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.payload ? 'fault' THEN
+    IF NEW.payload->>'fault' = 'sleep' THEN
+        PERFORM pg_sleep(5);
+    ELSIF NEW.payload ? 'fault' THEN
         RAISE EXCEPTION USING ERRCODE = NEW.payload->>'fault', MESSAGE = 'injected fault';
     END IF;
     RETURN NEW;
@@ -233,3 +236,15 @@ def test_a_pending_file_the_worker_may_not_read_is_skipped_and_the_rest_delivere
     run = _sync_once(tmp_path, db_dsn, preexec_fn=worker_preexec())
     assert run.returncode == 0, run.stderr
     assert _operations(db_dsn) == ["good", "locked"]
+
+
+def test_the_sync_connection_runs_under_a_statement_timeout(tmp_path: Path, faulty_dsn: str) -> None:
+    """A submit the server takes too long over is cancelled (57014: unavailable, retried), not waited for."""
+    outbox = Outbox(tmp_path)
+    outbox.enqueue("add_node", {"content": "slow", "fault": "sleep"}, user_id=ALICE)
+    with OutboxSyncer(tmp_path, faulty_dsn, statement_timeout=0.3) as syncer:
+        started = time.monotonic()
+        with pytest.raises(LedgerUnavailable, match="57014"):
+            syncer.run_cycle()
+        assert time.monotonic() - started < 4
+    assert _counts(tmp_path) == {"pending": 0, "submitting": 1, "accepted": 0, "completed": 0, "rejected": 0}
