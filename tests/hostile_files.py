@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
+
 PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE = 1
 CAP_DAC_READ_SEARCH = 2
@@ -48,3 +50,15 @@ def worker_preexec() -> Callable[[], None] | None:
 def unreadable_by_workers(path: Path) -> None:
     """No read permission for anyone: a worker started with :func:`worker_preexec` gets EACCES."""
     path.chmod(0)
+
+
+def install_trigger(dsn: str, table: str, body: str) -> str:
+    """A BEFORE INSERT trigger on ``table`` of the (throwaway) database running ``body`` (PL/pgSQL
+    statements seeing NEW) for each row: a real server-side fault or delay. Returns ``dsn``."""
+    name = "test_" + table.rpartition(".")[2]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE FUNCTION public.{name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} RETURN NEW; END; $$"
+        )
+        conn.execute(f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION public.{name}()")
+    return dsn

@@ -33,32 +33,24 @@ from prme_pg.outbox import LedgerUnavailable, Outbox, OutboxSyncer
 from prme_pg.sqlstate import database_unavailable
 from prme_pg.validation import MAX_JSON_DEPTH
 
-from .hostile_files import deep_json, deep_object, unreadable_by_workers, worker_preexec
+from .hostile_files import deep_json, deep_object, install_trigger, unreadable_by_workers, worker_preexec
 
 ALICE = "alice"
 ROOT = Path(__file__).resolve().parent.parent
 
-FAULT_TRIGGER = """
-CREATE FUNCTION public.test_fault() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
+FAULT = """
     IF NEW.payload->>'fault' = 'sleep' THEN
         PERFORM pg_sleep(5);
     ELSIF NEW.payload ? 'fault' THEN
         RAISE EXCEPTION USING ERRCODE = NEW.payload->>'fault', MESSAGE = 'injected fault';
     END IF;
-    RETURN NEW;
-END;
-$$;
-CREATE TRIGGER test_fault BEFORE INSERT ON prme.operations FOR EACH ROW EXECUTE FUNCTION public.test_fault();
 """
 
 
 @pytest.fixture
 def faulty_dsn(db_dsn: str) -> str:
-    """The clone, with submits of a payload holding ``fault`` failing with that SQLSTATE."""
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute(FAULT_TRIGGER)
-    return db_dsn
+    """The clone, with submits of a payload holding ``fault`` failing with that SQLSTATE (or sleeping)."""
+    return install_trigger(db_dsn, "prme.operations", FAULT)
 
 
 def _counts(pack: Path) -> dict[str, int]:
@@ -183,7 +175,7 @@ def test_an_unavailable_database_keeps_every_record_for_the_next_cycle(
         assert _counts(tmp_path)["rejected"] == 0  # nobody's fault: nothing rejected
         assert _counts(tmp_path)["submitting"] == 2
         with psycopg.connect(faulty_dsn, autocommit=True) as conn:
-            conn.execute("DROP TRIGGER test_fault ON prme.operations")  # the database recovers
+            conn.execute("DROP TRIGGER test_operations ON prme.operations")  # the database recovers
         report = syncer.run_cycle()
     assert (report.accepted, report.rejected) == (2, 0)
     record = outbox.get(flaky.operation_id)

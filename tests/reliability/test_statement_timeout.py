@@ -22,25 +22,14 @@ import pytest
 from prme_pg import AsyncMemoryClient, MemoryClient
 from prme_pg.backends.postgres import DEFAULT_STATEMENT_TIMEOUT
 from prme_pg.sqlstate import database_unavailable
-
-SLOW_TRIGGER = """
-CREATE FUNCTION public.test_slow() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.content LIKE 'sleep %' THEN
-        PERFORM pg_sleep(split_part(NEW.content, ' ', 2)::float8);
-    END IF;
-    RETURN NEW;
-END;
-$$;
-CREATE TRIGGER test_slow BEFORE INSERT ON prme.nodes FOR EACH ROW EXECUTE FUNCTION public.test_slow();
-"""
+from tests.hostile_files import install_trigger
 
 
 @pytest.fixture
 def slow_dsn(db_dsn: str) -> str:
-    with psycopg.connect(db_dsn, autocommit=True) as conn:
-        conn.execute(SLOW_TRIGGER)
-    return db_dsn
+    """The clone, where adding a memory whose content is ``sleep N`` takes N seconds."""
+    sleep = "IF NEW.content LIKE 'sleep %' THEN PERFORM pg_sleep(split_part(NEW.content, ' ', 2)::float8); END IF;"
+    return install_trigger(db_dsn, "prme.nodes", sleep)
 
 
 def _count(dsn: str) -> int:
