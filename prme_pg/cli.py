@@ -11,9 +11,10 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from rich.console import Console
@@ -26,6 +27,9 @@ from .learning import LearningQueue, LearningSync, queue_status, read_hook_docum
 from .models import AppliedOp, MaintenancePatch
 from .outbox import LEDGER_KINDS
 from .validation import loads_bounded
+
+if TYPE_CHECKING:
+    from .client import MemoryClient
 
 __all__ = ["main"]
 
@@ -46,8 +50,36 @@ def _require_dsn(args: argparse.Namespace) -> str:
     return str(args.dsn)
 
 
+#: Seconds a command waits for the database to answer before it gives up: one line, exit 1.
+CONNECT_TIMEOUT = 5
+
+
+class DatabaseUnreachable(PrmeError):
+    """The database did not accept a connection within CONNECT_TIMEOUT (exit 1, one line)."""
+
+
 def _connect(dsn: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(dsn, autocommit=True, application_name="prme-pg")
+    try:
+        return psycopg.connect(dsn, autocommit=True, application_name="prme-pg", connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.OperationalError as exc:
+        # libpq's first line says what failed; the next ones are hints ("Is the server running ...").
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnreachable(f"cannot connect to the database: {reason}") from None
+
+
+def _reachable(args: argparse.Namespace) -> str:
+    """The command's DSN, once a connection to it opened and closed: a pool would retry for its
+    whole timeout (30 s) and log every attempt, where a command should fail fast and say why."""
+    dsn = _require_dsn(args)
+    _connect(dsn).close()
+    return dsn
+
+
+def _client(args: argparse.Namespace) -> MemoryClient:
+    """A one-connection client for a command, after the fail-fast check of :func:`_reachable`."""
+    from .client import MemoryClient
+
+    return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
 
 def _print_json(document: object) -> None:
@@ -135,6 +167,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         from .http import create_app
     except ImportError as exc:
         raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
+    _reachable(args)  # fail fast, in one line, before the server and its pool start
     console.print(f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
     app = create_app(AsyncMemoryClient(dsn, max_size=args.pool_size))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
@@ -142,28 +175,78 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_token_create(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
+    from .tokens import token_sha256
 
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         token = memory.create_api_token(args.user, label=args.label)
     if args.json:
-        _print_json({"user_id": args.user, "label": args.label, "token": token})
+        _print_json({"user_id": args.user, "label": args.label, "token": token, "id": token_sha256(token)})
     else:
         # The token itself goes to stdout alone, so it can be captured; the advice to stderr.
         Console(stderr=True).print(
-            f"new bearer token for [bold]{args.user}[/bold] (shown once; only its sha256 is stored):"
+            f"new bearer token for [bold]{args.user}[/bold] (shown once; only its sha256 is stored, "
+            f"which is its id for `prme-pg token revoke --id`: {token_sha256(token)}):"
         )
         sys.stdout.write(token + "\n")
     return EXIT_OK
 
 
-def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
+#: A token is about 90 characters; anything much longer on stdin is not one.
+MAX_TOKEN_TEXT = 4096
 
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
-        revoked = memory.revoke_api_token(args.token)
+
+def _read_token(path: str | None) -> str:
+    """The token to revoke, from ``path`` (a file; ``-`` is stdin) or stdin, never from argv:
+    a command line shows in ``ps`` and in the shell's history. On a terminal it is asked for
+    without echo."""
+    if path is not None and path != "-":
+        try:
+            with open(path, encoding="utf-8") as file:
+                text = file.read(MAX_TOKEN_TEXT + 1)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read --token-file {path}: {exc}") from None
+    elif sys.stdin.isatty():
+        import getpass
+
+        text = getpass.getpass("token to revoke: ")
+    else:
+        text = sys.stdin.read(MAX_TOKEN_TEXT + 1)
+    token = text.strip()
+    if not token:
+        raise UsageError(
+            "no token given: pipe it on stdin (... | prme-pg token revoke), pass --token-file FILE, "
+            "or revoke by --user USER --id ID"
+        )
+    if len(token) > MAX_TOKEN_TEXT or len(token.splitlines()) != 1:
+        raise UsageError("expected one token, on one line")
+    return token
+
+
+def _revoke(args: argparse.Namespace) -> bool:
+    from .backends import RevokeApiToken
+
+    if args.token is not None:
+        # Not echoed: the mistake is already in the shell's history, not also in a log.
+        raise UsageError(
+            "the token is not taken on the command line (it would show in ps and the shell's history): "
+            "pipe it on stdin, pass --token-file FILE, or revoke by --user USER --id ID"
+        )
+    if args.token_id is None:
+        if args.user is not None:
+            raise UsageError("--user goes with --id (the token itself names its owner)")
+        token = _read_token(args.token_file)
+        with _client(args) as memory:
+            return memory.revoke_api_token(token)
+    if args.user is None or args.token_file is not None:
+        raise UsageError("--id needs --user (the token's owner), and no --token-file")
+    if not re.fullmatch(r"[0-9a-f]{64}", args.token_id):
+        raise UsageError("--id must be the token's id: its sha256, 64 lowercase hex digits")
+    with _client(args) as memory:
+        return memory.backend.execute(RevokeApiToken(user_id=args.user, token_sha256=args.token_id))
+
+
+def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
+    revoked = _revoke(args)
     if args.json:
         _print_json({"revoked": revoked})
     else:
@@ -174,7 +257,7 @@ def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
 def cmd_worker(args: argparse.Namespace, console: Console) -> int:
     from .worker import WorkerStats, run_worker
 
-    dsn = _require_dsn(args)
+    dsn = _reachable(args)
 
     def progress(stats: WorkerStats) -> None:
         if not args.json and stats.last.claimed:
@@ -192,10 +275,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_recall(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         hits = memory.recall(args.query, user_id=args.user, scopes=args.scope or None, max_count=args.limit)
     if args.json:
         _print_json({"hits": [dataclasses.asdict(hit) for hit in hits]})
@@ -211,10 +291,7 @@ def cmd_recall(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_snapshot_publish(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         result = memory.publish_snapshot(
             args.scope,
             user_id=args.user,
@@ -234,10 +311,7 @@ def cmd_snapshot_publish(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_snapshot_show(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         snapshot = memory.current_snapshot(args.scope, user_id=args.user)
     if args.json:
         _print_json({**dataclasses.asdict(snapshot), "document": json.loads(snapshot.document)})
@@ -394,12 +468,10 @@ def _print_applied(console: Console, applied: list[AppliedOp], title: str) -> No
 
 
 def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
+    _require_dsn(args)
     if args.report and args.mode == "auto":
         raise UsageError("--report changes nothing: it cannot be combined with --mode=auto")
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         if args.report:
             rows = memory.maintenance_report(user_id=args.user)
             if args.json:
@@ -450,10 +522,7 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_curate(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         if args.select is None:
             patch = memory.get_patch(args.patch_id, user_id=args.user)
             if args.json:
@@ -562,10 +631,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_dsn(create)
     create.add_argument("--user", required=True, help="the user_id the token acts for")
     create.add_argument("--label", default="", help="a note to recognise the token by")
-    revoke = token_sub.add_parser("revoke", help="revoke a token")
+    revoke = token_sub.add_parser(
+        "revoke",
+        help="revoke a token read from stdin (or --token-file), or by --user and --id",
+        description="Revoke a bearer token. The token is read from stdin (asked for without echo on a "
+        "terminal) or from --token-file, never from the command line, where ps and the shell's history "
+        "would show it; or name it by its owner and id (its sha256, printed by token create).",
+    )
     revoke.set_defaults(handler=cmd_token_revoke)
     add_dsn(revoke)
-    revoke.add_argument("token", help="the token to revoke")
+    revoke.add_argument("token", nargs="?", default=None, help=argparse.SUPPRESS)
+    revoke.add_argument("--token-file", default=None, metavar="FILE", help="read the token from FILE ('-': stdin)")
+    revoke.add_argument("--user", default=None, help="with --id: the token's owner (user_id)")
+    revoke.add_argument("--id", dest="token_id", default=None, metavar="ID", help="the token's id (its sha256 hex)")
 
     worker = add("worker", "Run the operations executor until SIGTERM.", cmd_worker)
     add_dsn(worker)
