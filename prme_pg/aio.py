@@ -28,21 +28,21 @@ from .backends import (
     AsyncBackend,
     AuthenticateApiToken,
     CreateApiToken,
-    CurrentSnapshot,
+    CreateMaintenancePatch,
+    GetCurrentSnapshot,
+    GetJournalRecords,
+    GetLedgerStatus,
+    GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetOutcomeSummary,
     GetPatch,
+    GetReadiness,
     GetReceipt,
     GetSnapshot,
     IsCorrection,
-    JournalRecords,
-    LedgerStatusRequest,
     ListCorrectionInbox,
-    MaintenancePatchRequest,
-    MaintenanceReport,
-    OutcomeSummaryRequest,
     PublishSnapshot,
-    Readiness,
     ReplayNode,
     ResetMaintenanceSettings,
     RevokeApiToken,
@@ -144,7 +144,7 @@ class AsyncMemoryClient:
 
     @classmethod
     def from_pool(cls, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> Self:
-        """A client over an (open) pool you configure and own; it is not closed with the client."""
+        """A client over an open pool you configure and own (it is not closed with the client)."""
         client = cls.__new__(cls)
         client.target = str(pool.conninfo)
         client._backend = AsyncPostgresBackend(pool)
@@ -154,6 +154,7 @@ class AsyncMemoryClient:
 
     @property
     def backend(self) -> AsyncBackend:
+        """The backend executing requests: PostgreSQL's or the memory pack's (:mod:`prme_pg.backends`)."""
         return self._backend
 
     async def open(self) -> Self:
@@ -163,7 +164,10 @@ class AsyncMemoryClient:
         return self
 
     async def close(self) -> None:
-        """Close the pool or the pack, after any call still finishing. Idempotent."""
+        """Close the pool or the pack. Idempotent.
+
+        On a pack it waits for a call still finishing in its worker thread.
+        """
         if not self._closed:
             self._closed = True
             if self._owns_backend:
@@ -171,6 +175,7 @@ class AsyncMemoryClient:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._closed
 
     async def __aenter__(self) -> Self:
@@ -186,7 +191,7 @@ class AsyncMemoryClient:
         kind = "postgres" if isinstance(self._backend, AsyncPostgresBackend) else "pack"
         return f"<{type(self).__name__} {kind} {state}>"
 
-    # -- the API (see MemoryClient for each method's contract) --
+    # -- the API: MemoryClient's, awaited (tests/test_client_parity.py holds the two equal) --
 
     async def add_node(
         self,
@@ -203,6 +208,7 @@ class AsyncMemoryClient:
         next_review_at: datetime | None = None,
         node_id: UUID | str | None = None,
     ) -> Node:
+        """Create a memory (journaled as a create record). ``node_id`` may be given (PR409 if taken)."""
         return await self._backend.execute(
             add_node_request(
                 content,
@@ -231,11 +237,13 @@ class AsyncMemoryClient:
         occurred_at: datetime | None = None,
         event_id: UUID | str | None = None,
     ) -> Event:
+        """Record immutable evidence; ``occurred_at`` defaults to now."""
         return await self._backend.execute(
             add_event_request(content, user_id, scope, namespace, kind, payload, occurred_at, event_id)
         )
 
     async def get_node(self, node_id: UUID | str, *, user_id: str) -> Node:
+        """One memory of ``user_id`` (any lifecycle state). :class:`NotFoundError` otherwise."""
         return await self._backend.execute(GetNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     async def list_nodes(
@@ -246,11 +254,13 @@ class AsyncMemoryClient:
         after_node_id: UUID | str | None = None,
         max_count: int = 100,
     ) -> list[Node]:
+        """One page of memories in id order, after ``after_node_id``."""
         return await self._backend.execute(list_nodes_request(user_id, namespace, after_node_id, max_count))
 
     async def iter_nodes(
         self, *, user_id: str, namespace: str | None = None, page_size: int = 100
     ) -> AsyncIterator[Node]:
+        """Every memory of ``user_id`` in id order, fetched in keyset pages of ``page_size``."""
         page_size = check_page_size(page_size)
         after: UUID | None = None
         while True:
@@ -269,22 +279,38 @@ class AsyncMemoryClient:
         user_id: str,
         request_id: UUID | str | None = None,
     ) -> Node:
+        """Confirm a memory (DESIGN.md section 3).
+
+        With ``request_id``, a retry of the same call returns the current node with
+        ``replayed=True`` and changes nothing; reusing it for another node or evidence
+        raises :class:`IdempotencyConflict`.
+        """
         return await self._backend.execute(reinforce_request(node_id, evidence_id, user_id, request_id))
 
     async def archive_node(self, node_id: UUID | str, *, user_id: str) -> Node:
+        """Retire a memory: it stays readable but can no longer be confirmed."""
         return await self._backend.execute(ArchiveNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     async def verify_journal(self, *, user_id: str, independent: bool = False) -> list[JournalIssue]:
+        """Problems in the journal of ``user_id``; an empty list means it verifies.
+
+        By default the engine checks itself (``prme.verify_journal``). With
+        ``independent=True`` the records are read and checked by Python's own verifier
+        (:func:`prme_pg.journal.verify_records`: sha256, RFC 8785 form, chain,
+        continuity, heads); on PostgreSQL that needs SELECT on the tables.
+        """
         if independent:
             records, heads = await self.journal_records(user_id=user_id)
             return verify_records(records, heads)
         return await self._backend.execute(VerifyJournal(user_id=user_id))
 
     async def replay_node(self, node_id: UUID | str, *, user_id: str) -> ReplayResult:
+        """Rebuild a memory from its journal and compare it with the stored row."""
         return await self._backend.execute(ReplayNode(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     async def journal_records(self, *, user_id: str) -> tuple[list[JournalRecord], list[NodeHead]]:
-        return await self._backend.execute(JournalRecords(user_id=user_id))
+        """The stored journal of ``user_id`` and each node's head, as the verifier reads them."""
+        return await self._backend.execute(GetJournalRecords(user_id=user_id))
 
     async def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
         """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
@@ -306,7 +332,7 @@ class AsyncMemoryClient:
     async def readiness(self) -> tuple[bool, list[str]]:
         """Whether the database accepts writes, and its applied migrations as ``version:sha256``
         (PostgreSQL only)."""
-        return await self._backend.execute(Readiness())
+        return await self._backend.execute(GetReadiness())
 
     # -- recall and snapshots (PostgreSQL only) --
 
@@ -319,7 +345,11 @@ class AsyncMemoryClient:
         max_count: int = 10,
         as_of: datetime | None = None,
     ) -> list[RecallHit]:
-        """Memories of ``user_id`` matching ``query``, best first (PostgreSQL only)."""
+        """Memories of ``user_id`` matching ``query``, best first (``prme.recall``; PostgreSQL only).
+
+        A ``None`` or blank query ranks every memory by strength alone; ``scopes``
+        (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
+        """
         return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
 
     async def publish_snapshot(
@@ -331,7 +361,11 @@ class AsyncMemoryClient:
         max_bytes: int = 65536,
         expected_generation_id: str | None = None,
     ) -> PublishResult:
-        """Publish the current generation of ``scope`` (PostgreSQL only)."""
+        """Publish the current generation of ``scope`` (``prme.publish_snapshot``; PostgreSQL only).
+
+        With ``expected_generation_id`` (or ``"none"`` for a never-published scope), a
+        different current generation raises :class:`IdempotencyConflict` (PR409).
+        """
         return await self._backend.execute(
             PublishSnapshot(
                 user_id=user_id,
@@ -343,15 +377,17 @@ class AsyncMemoryClient:
         )
 
     async def current_snapshot(self, scope: str, *, user_id: str) -> Snapshot:
-        """The current generation of ``scope``, verified (PostgreSQL only)."""
-        return await self._backend.execute(CurrentSnapshot(user_id=user_id, scope=scope))
+        """The current generation of ``scope``, verified; :class:`NotFoundError` if never published
+        (PostgreSQL only)."""
+        return await self._backend.execute(GetCurrentSnapshot(user_id=user_id, scope=scope))
 
     async def get_snapshot(self, scope: str, generation_id: str, *, user_id: str) -> Snapshot:
-        """One generation of ``scope`` by id, verified (PostgreSQL only)."""
+        """One generation of ``scope`` by id, current or not, verified (PostgreSQL only)."""
         return await self._backend.execute(GetSnapshot(user_id=user_id, scope=scope, generation_id=generation_id))
 
     async def assemble_prompt(self, scopes: str | Iterable[str], *, user_id: str, budget_bytes: int) -> AssembledPrompt:
-        """Prompt text from the current generation of each scope, within ``budget_bytes`` (PostgreSQL only)."""
+        """Prompt text from the current generation of each scope, within ``budget_bytes``
+        (``prme.assemble_prompt``; PostgreSQL only)."""
         return await self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
 
     # -- outcomes and maintenance (PostgreSQL only) --
@@ -368,29 +404,35 @@ class AsyncMemoryClient:
         notes: str | None = None,
         request_id: UUID | str | None = None,
     ) -> Outcome:
-        """Append an outcome event to a memory; idempotent by ``request_id`` (PostgreSQL only)."""
+        """Append an outcome event (explicit_reinforcement, implicit_success, neutral_exposure or
+        explicit_correction) to a memory (``prme.record_outcome``; PostgreSQL only).
+
+        With ``request_id``, a retry with the same arguments returns the stored outcome with
+        ``replayed=True``; reuse with anything else raises :class:`IdempotencyConflict`.
+        """
         return await self._backend.execute(
             record_outcome_request(node_id, outcome, user_id, evidence_id, profile_id, thread_id, notes, request_id)
         )
 
     async def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
         """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
-        return await self._backend.execute(
-            OutcomeSummaryRequest(user_id=user_id, node_id=parse_uuid("node_id", node_id))
-        )
+        return await self._backend.execute(GetOutcomeSummary(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     async def maintenance_report(
         self, *, user_id: str, as_of: datetime | None = None
     ) -> list[MaintenanceRecommendation]:
-        """What maintenance recommends for the memories of ``user_id`` (PostgreSQL only)."""
-        return await self._backend.execute(MaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
+        """What maintenance recommends for the memories of ``user_id``; changes nothing
+        (``prme.maintenance_report``; PostgreSQL only)."""
+        return await self._backend.execute(GetMaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     async def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
-        """Store the actionable recommendations as a patch for review (PostgreSQL only)."""
-        return await self._backend.execute(MaintenancePatchRequest(user_id=user_id, as_of=parse_time("as_of", as_of)))
+        """Store the actionable recommendations as a patch for review; changes no memory
+        (``prme.maintenance_patch``; PostgreSQL only)."""
+        return await self._backend.execute(CreateMaintenancePatch(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     async def get_patch(self, patch_id: UUID | str, *, user_id: str) -> MaintenancePatch:
-        """A stored patch with each op's status (PostgreSQL only)."""
+        """A stored patch with each op's status; :class:`NotFoundError` for another owner's
+        (PostgreSQL only)."""
         return await self._backend.execute(GetPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id)))
 
     async def apply_patch(
@@ -401,7 +443,12 @@ class AsyncMemoryClient:
         user_id: str,
         mode: str = "manual",
     ) -> list[AppliedOp]:
-        """Apply ops of a patch, manual or auto; each op at most once (PostgreSQL only)."""
+        """Apply ops of a patch (``prme.apply_patch``; PostgreSQL only).
+
+        ``mode="manual"`` applies exactly ``op_ids`` (a list, or one comma-separated
+        string); ``mode="auto"`` (``op_ids=None``) applies decay ops and stability increases
+        that need no review. Each op applies at most once: applied, already_applied or stale.
+        """
         return await self._backend.execute(apply_patch_request(patch_id, op_ids, user_id, mode))
 
     async def link_correction(
@@ -412,17 +459,22 @@ class AsyncMemoryClient:
         user_id: str,
         thread_id: str | None = None,
     ) -> CorrectionLink:
-        """Link a correction to the one candidate memory it overlaps, or put it in the inbox (PostgreSQL only)."""
+        """Link a correction message to the one active candidate memory it overlaps, appending
+        an explicit_correction (``status="linked"``); with zero or several matches the message
+        goes to the correction inbox instead (``unmatched`` / ``ambiguous``, ``inbox_id``)
+        (``prme.link_correction``; PostgreSQL only)."""
         return await self._backend.execute(link_correction_request(message, candidate_node_ids, user_id, thread_id))
 
     async def is_correction(self, message: str) -> bool:
-        """Does ``message`` use explicit correction phrasing? Reads nothing (PostgreSQL only)."""
+        """Does ``message`` use explicit correction phrasing ("don't …", "no, …", "actually …")?
+        Reads nothing (``prme.is_correction``; PostgreSQL only)."""
         return await self._backend.execute(IsCorrection(message=message))
 
     async def list_correction_inbox(
         self, *, user_id: str, include_resolved: bool = False, max_count: int = 100
     ) -> list[CorrectionInboxEntry]:
-        """The correction inbox of ``user_id``, oldest first (PostgreSQL only)."""
+        """The corrections of ``user_id`` that matched zero or several memories, oldest first:
+        open ones, or all with ``include_resolved`` (PostgreSQL only)."""
         return await self._backend.execute(
             ListCorrectionInbox(user_id=user_id, include_resolved=include_resolved, max_count=max_count)
         )
@@ -430,27 +482,33 @@ class AsyncMemoryClient:
     async def resolve_correction(
         self, inbox_id: UUID | str, node_id: UUID | str | None = None, *, user_id: str
     ) -> CorrectionInboxEntry:
-        """Link an inbox entry to a memory, or dismiss it with ``node_id=None`` (PostgreSQL only)."""
+        """Link an inbox entry to a memory (appending its explicit_correction), or dismiss it
+        (``node_id=None``). The same resolution again returns the entry; another one raises
+        :class:`IdempotencyConflict` (PostgreSQL only)."""
         return await self._backend.execute(resolve_correction_request(inbox_id, node_id, user_id))
 
     async def mark_reviewed(self, node_id: UUID | str, *, user_id: str, next_review_at: datetime | None = None) -> Node:
-        """Record a review of a memory (PostgreSQL only)."""
+        """Record a review: ``next_review_at`` (default: one cadence of its stability from now)
+        and every outcome so far counts as seen (``prme.mark_reviewed``; PostgreSQL only)."""
         return await self._backend.execute(mark_reviewed_request(node_id, user_id, next_review_at))
 
     async def get_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
-        """The effective review cadence and decay of ``user_id`` per stability (PostgreSQL only)."""
+        """The effective review cadence and decay per overdue cycle of ``user_id`` for each
+        stability (PostgreSQL only)."""
         return await self._backend.execute(GetMaintenanceSettings(user_id=user_id))
 
     async def set_maintenance_setting(
         self, stability: str, *, user_id: str, review_cadence: timedelta, decay_per_cycle: Fraction
     ) -> list[MaintenanceSetting]:
-        """Override the review cadence and decay of one stability for ``user_id`` (PostgreSQL only)."""
+        """Override the review cadence (1 hour to 3650 days, whole seconds) and decay per
+        overdue cycle ([0, 1]) of one stability for ``user_id``; returns the effective
+        settings (PostgreSQL only)."""
         return await self._backend.execute(
             set_maintenance_setting_request(stability, user_id, review_cadence, decay_per_cycle)
         )
 
     async def reset_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
-        """Remove the overrides of ``user_id`` (PostgreSQL only)."""
+        """Remove the overrides of ``user_id``: the defaults apply again (PostgreSQL only)."""
         return await self._backend.execute(ResetMaintenanceSettings(user_id=user_id))
 
     # -- the operations ledger (PostgreSQL only; docs/LEDGER.md) --
@@ -466,13 +524,20 @@ class AsyncMemoryClient:
         payload_hash: str | None = None,
         schema_version: int = 2,
     ) -> Receipt:
-        """Durably accept an operation into the ledger; see :meth:`MemoryClient.submit_operation`."""
+        """Durably accept an operation into the ledger (``prme.submit_operation``; PostgreSQL only).
+
+        ``payload_hash`` defaults to the sha256 hex of the payload's RFC 8785 form. A new
+        ``operation_id`` returns the receipt with ``created=True``; the same id with the same
+        operation returns the stored receipt (``created=False``); the same id with anything
+        else raises :class:`IdempotencyConflict`.
+        """
         return await self._backend.execute(
             submit_operation_request(operation_id, kind, payload, user_id, dependencies, payload_hash, schema_version)
         )
 
     async def get_receipt(self, operation_id: UUID | str, *, user_id: str) -> Receipt:
-        """The receipt of an operation as it stands now (PostgreSQL only)."""
+        """The receipt of an operation as it stands now; :class:`NotFoundError` when unknown to
+        this owner (PostgreSQL only)."""
         return await self._backend.execute(
             GetReceipt(user_id=user_id, operation_id=parse_uuid("operation_id", operation_id))
         )
@@ -485,12 +550,13 @@ class AsyncMemoryClient:
         operation_id: UUID | str | None = None,
         max_count: int = 100,
     ) -> list[OperationEvent]:
-        """Events of the owner's operations (or of one) with ``seq > after_seq``, in order (PostgreSQL only)."""
+        """Events of the owner's operations (or of one) with ``seq > after_seq``, in order; pass
+        the last ``seq`` seen to resume without gap or duplicate (PostgreSQL only)."""
         return await self._backend.execute(operation_events_request(user_id, after_seq, operation_id, max_count))
 
     async def ledger_status(self) -> LedgerStatus:
         """Whether the ledger accepts submits, and the executor's backlog (PostgreSQL only)."""
-        return await self._backend.execute(LedgerStatusRequest())
+        return await self._backend.execute(GetLedgerStatus())
 
     # -- the outbox (memory packs only; docs/OUTBOX.md) --
 
@@ -503,8 +569,15 @@ class AsyncMemoryClient:
         dependencies: Iterable[UUID | str] = (),
         operation_id: UUID | str | None = None,
     ) -> OutboxRecord:
-        """See :meth:`MemoryClient.enqueue`. Needs neither :meth:`open` nor the pack's DuckDB
-        file; the fsynced writes run in a worker thread."""
+        """Store an operation in the pack's outbox for ``prme-pg sync`` to deliver to the ledger.
+
+        Durable when it returns, with its stable ``operation_id`` (a time-ordered UUIDv7
+        unless given; a given id makes it idempotent: the same operation returns the stored
+        record, another raises :class:`IdempotencyConflict`). Needs no database and not the
+        pack's DuckDB file, so it works while another process has the pack open. Packs only.
+
+        Needs no :meth:`open`; the fsynced writes run in a worker thread.
+        """
         if not isinstance(self._backend, AsyncDuckDBBackend):
             raise PrmeError("enqueue writes to a memory pack's outbox; on PostgreSQL, call submit_operation")
         if self._closed:
@@ -520,8 +593,14 @@ class AsyncMemoryClient:
     async def enqueue_learning(
         self, session_id: str, items: Iterable[Mapping[str, Any]], *, user_id: str, scope: str = "personal"
     ) -> LearningRecord:
-        """See :meth:`MemoryClient.enqueue_learning`. Needs neither :meth:`open` nor the pack's
-        DuckDB file; the fsynced writes run in a worker thread."""
+        """Store one learning record (a session's items) for ``prme-pg sync`` to learn from (docs/LEARNING.md).
+
+        Validates the items (:class:`InvalidInput` naming the first bad field; nothing is
+        stored) and returns the durable record at once: no inference, no database, not the
+        pack's DuckDB file, so it works while another process has the pack open. Packs only.
+
+        Needs no :meth:`open`; the fsynced writes run in a worker thread.
+        """
         if not isinstance(self._backend, AsyncDuckDBBackend):
             raise PrmeError("enqueue_learning writes to a memory pack's learning queue; open the client on a pack")
         if self._closed:

@@ -40,25 +40,25 @@ from .backends import (
     AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
-    CurrentSnapshot,
+    CreateMaintenancePatch,
+    GetCurrentSnapshot,
+    GetJournalRecords,
+    GetLedgerStatus,
+    GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetOutcomeSummary,
     GetPatch,
+    GetReadiness,
     GetReceipt,
     GetSnapshot,
     IsCorrection,
-    JournalRecords,
-    LedgerStatusRequest,
     LinkCorrection,
     ListCorrectionInbox,
     ListNodes,
-    MaintenancePatchRequest,
-    MaintenanceReport,
+    ListOperationEvents,
     MarkReviewed,
-    OperationEvents,
-    OutcomeSummaryRequest,
     PublishSnapshot,
-    Readiness,
     Recall,
     RecordOutcome,
     Reinforce,
@@ -360,8 +360,8 @@ def submit_operation_request(
 
 def operation_events_request(
     user_id: str, after_seq: int, operation_id: UUID | str | None, max_count: int
-) -> OperationEvents:
-    return OperationEvents(
+) -> ListOperationEvents:
+    return ListOperationEvents(
         user_id=user_id,
         after_seq=after_seq,
         operation_id=parse_optional_uuid("operation_id", operation_id),
@@ -426,7 +426,7 @@ class MemoryClient:
 
     @classmethod
     def from_pool(cls, pool: ConnectionPool[psycopg.Connection[Any]]) -> Self:
-        """A client over a pool you configure and own (it is not closed with the client)."""
+        """A client over an open pool you configure and own (it is not closed with the client)."""
         client = cls.__new__(cls)
         client.target = str(pool.conninfo)
         client._backend = _BorrowedPool(pool)
@@ -435,7 +435,7 @@ class MemoryClient:
 
     @property
     def backend(self) -> SyncBackend:
-        """The backend executing requests (:class:`PostgresBackend` or :class:`DuckDBBackend`)."""
+        """The backend executing requests: PostgreSQL's or the memory pack's (:mod:`prme_pg.backends`)."""
         if isinstance(self._backend, _LazyPack):
             return self._backend.opened()
         return self._backend
@@ -448,6 +448,7 @@ class MemoryClient:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._closed
 
     def __enter__(self) -> Self:
@@ -579,7 +580,7 @@ class MemoryClient:
 
     def journal_records(self, *, user_id: str) -> tuple[list[JournalRecord], list[NodeHead]]:
         """The stored journal of ``user_id`` and each node's head, as the verifier reads them."""
-        return self._backend.execute(JournalRecords(user_id=user_id))
+        return self._backend.execute(GetJournalRecords(user_id=user_id))
 
     def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
         """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
@@ -601,7 +602,7 @@ class MemoryClient:
     def readiness(self) -> tuple[bool, list[str]]:
         """Whether the database accepts writes, and its applied migrations as ``version:sha256``
         (PostgreSQL only)."""
-        return self._backend.execute(Readiness())
+        return self._backend.execute(GetReadiness())
 
     # -- recall and snapshots (PostgreSQL only; docs/RECALL.md, docs/SNAPSHOTS.md) --
 
@@ -648,7 +649,7 @@ class MemoryClient:
     def current_snapshot(self, scope: str, *, user_id: str) -> Snapshot:
         """The current generation of ``scope``, verified; :class:`NotFoundError` if never published
         (PostgreSQL only)."""
-        return self._backend.execute(CurrentSnapshot(user_id=user_id, scope=scope))
+        return self._backend.execute(GetCurrentSnapshot(user_id=user_id, scope=scope))
 
     def get_snapshot(self, scope: str, generation_id: str, *, user_id: str) -> Snapshot:
         """One generation of ``scope`` by id, current or not, verified (PostgreSQL only)."""
@@ -685,17 +686,17 @@ class MemoryClient:
 
     def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
         """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
-        return self._backend.execute(OutcomeSummaryRequest(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+        return self._backend.execute(GetOutcomeSummary(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     def maintenance_report(self, *, user_id: str, as_of: datetime | None = None) -> list[MaintenanceRecommendation]:
         """What maintenance recommends for the memories of ``user_id``; changes nothing
         (``prme.maintenance_report``; PostgreSQL only)."""
-        return self._backend.execute(MaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
+        return self._backend.execute(GetMaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
         """Store the actionable recommendations as a patch for review; changes no memory
         (``prme.maintenance_patch``; PostgreSQL only)."""
-        return self._backend.execute(MaintenancePatchRequest(user_id=user_id, as_of=parse_time("as_of", as_of)))
+        return self._backend.execute(CreateMaintenancePatch(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     def get_patch(self, patch_id: UUID | str, *, user_id: str) -> MaintenancePatch:
         """A stored patch with each op's status; :class:`NotFoundError` for another owner's
@@ -821,7 +822,7 @@ class MemoryClient:
 
     def ledger_status(self) -> LedgerStatus:
         """Whether the ledger accepts submits, and the executor's backlog (PostgreSQL only)."""
-        return self._backend.execute(LedgerStatusRequest())
+        return self._backend.execute(GetLedgerStatus())
 
     # -- the outbox (memory packs only; docs/OUTBOX.md) --
 

@@ -42,7 +42,7 @@ import psycopg
 import rfc8785
 
 from . import migrations
-from .backends import GetReceipt, LedgerStatusRequest, Readiness, Request, SubmitOperation
+from .backends import GetLedgerStatus, GetReadiness, GetReceipt, Request, SubmitOperation
 from .backends.postgres import (
     DEFAULT_STATEMENT_TIMEOUT,
     SET_STATEMENT_TIMEOUT,
@@ -688,7 +688,7 @@ class OutboxSyncer:
     def readiness_problem(self, conn: psycopg.Connection[Any]) -> str | None:
         """Why the ledger cannot ingest now (None when it can): the checks of ``GET /ready``."""
         try:
-            accepts_writes, applied = run_request(conn, Readiness())
+            accepts_writes, applied = run_request(conn, GetReadiness())
         except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction):
             return "the database has no prme schema (run prme-pg migrate)"
         if not accepts_writes:
@@ -699,7 +699,7 @@ class OutboxSyncer:
                 f"migrations differ: database has {len(applied)}, this prme-pg has {len(self._expected_migrations)}; "
                 f"first difference at {first.split(':')[0]} (run prme-pg migrate, or upgrade prme-pg)"
             )
-        if not run_request(conn, LedgerStatusRequest()).accepting:
+        if not run_request(conn, GetLedgerStatus()).accepting:
             return "the ledger does not accept submits"
         return None
 

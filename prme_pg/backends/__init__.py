@@ -55,25 +55,25 @@ __all__ = [
     "AsyncBackend",
     "AuthenticateApiToken",
     "CreateApiToken",
-    "CurrentSnapshot",
+    "CreateMaintenancePatch",
+    "GetCurrentSnapshot",
+    "GetJournalRecords",
+    "GetLedgerStatus",
+    "GetMaintenanceReport",
     "GetMaintenanceSettings",
     "GetNode",
+    "GetOutcomeSummary",
     "GetPatch",
+    "GetReadiness",
     "GetReceipt",
     "GetSnapshot",
     "IsCorrection",
-    "JournalRecords",
-    "LedgerStatusRequest",
     "LinkCorrection",
     "ListCorrectionInbox",
     "ListNodes",
-    "MaintenancePatchRequest",
-    "MaintenanceReport",
+    "ListOperationEvents",
     "MarkReviewed",
-    "OperationEvents",
-    "OutcomeSummaryRequest",
     "PublishSnapshot",
-    "Readiness",
     "Recall",
     "RecordOutcome",
     "Reinforce",
@@ -166,7 +166,7 @@ class ReplayNode(Request[ReplayResult]):
 
 
 @dataclass(frozen=True, slots=True)
-class JournalRecords(Request[tuple[list[JournalRecord], list[NodeHead]]]):
+class GetJournalRecords(Request[tuple[list[JournalRecord], list[NodeHead]]]):
     """The raw journal of one owner and each node's head, for the independent verifier."""
 
     user_id: str
@@ -241,7 +241,7 @@ class RevokeApiToken(Request[bool]):
 
 
 @dataclass(frozen=True, slots=True)
-class Readiness(Request[tuple[bool, list[str]]]):
+class GetReadiness(Request[tuple[bool, list[str]]]):
     """Whether the database accepts writes, and its applied migrations as version:sha256."""
 
 
@@ -268,7 +268,7 @@ class PublishSnapshot(Request[PublishResult]):
 
 
 @dataclass(frozen=True, slots=True)
-class CurrentSnapshot(Request[Snapshot]):
+class GetCurrentSnapshot(Request[Snapshot]):
     """The current generation of (user_id, scope), verified (PostgreSQL only)."""
 
     user_id: str
@@ -308,7 +308,7 @@ class RecordOutcome(Request[Outcome]):
 
 
 @dataclass(frozen=True, slots=True)
-class OutcomeSummaryRequest(Request[OutcomeSummary]):
+class GetOutcomeSummary(Request[OutcomeSummary]):
     """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
 
     user_id: str
@@ -316,7 +316,7 @@ class OutcomeSummaryRequest(Request[OutcomeSummary]):
 
 
 @dataclass(frozen=True, slots=True)
-class MaintenanceReport(Request[list[MaintenanceRecommendation]]):
+class GetMaintenanceReport(Request[list[MaintenanceRecommendation]]):
     """Maintenance recommendations for the memories of user_id; changes nothing (PostgreSQL only)."""
 
     user_id: str
@@ -324,7 +324,7 @@ class MaintenanceReport(Request[list[MaintenanceRecommendation]]):
 
 
 @dataclass(frozen=True, slots=True)
-class MaintenancePatchRequest(Request[MaintenancePatch]):
+class CreateMaintenancePatch(Request[MaintenancePatch]):
     """Store the actionable recommendations as a patch for review (PostgreSQL only)."""
 
     user_id: str
@@ -441,7 +441,7 @@ class GetReceipt(Request[Receipt]):
 
 
 @dataclass(frozen=True, slots=True)
-class OperationEvents(Request[list[OperationEvent]]):
+class ListOperationEvents(Request[list[OperationEvent]]):
     """Events of user_id's operations (or one operation) after after_seq, in seq order (PostgreSQL only)."""
 
     user_id: str
@@ -451,7 +451,7 @@ class OperationEvents(Request[list[OperationEvent]]):
 
 
 @dataclass(frozen=True, slots=True)
-class LedgerStatusRequest(Request[LedgerStatus]):
+class GetLedgerStatus(Request[LedgerStatus]):
     """The ledger's readiness and the executor's backlog across owners (PostgreSQL only)."""
 
 

@@ -46,25 +46,25 @@ from . import (
     AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
-    CurrentSnapshot,
+    CreateMaintenancePatch,
+    GetCurrentSnapshot,
+    GetJournalRecords,
+    GetLedgerStatus,
+    GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetOutcomeSummary,
     GetPatch,
+    GetReadiness,
     GetReceipt,
     GetSnapshot,
     IsCorrection,
-    JournalRecords,
-    LedgerStatusRequest,
     LinkCorrection,
     ListCorrectionInbox,
     ListNodes,
-    MaintenancePatchRequest,
-    MaintenanceReport,
+    ListOperationEvents,
     MarkReviewed,
-    OperationEvents,
-    OutcomeSummaryRequest,
     PublishSnapshot,
-    Readiness,
     Recall,
     RecordOutcome,
     Reinforce,
@@ -562,22 +562,22 @@ class DuckDBBackend:
                 return self.verify_journal(request)
             case ReplayNode():
                 return self.replay_node(request)
-            case JournalRecords():
+            case GetJournalRecords():
                 return self.journal_records(request)
-            case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | Readiness():
+            case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | GetReadiness():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no API tokens or migrations"
                 )
-            case Recall() | PublishSnapshot() | CurrentSnapshot() | GetSnapshot() | AssemblePrompt():
+            case Recall() | PublishSnapshot() | GetCurrentSnapshot() | GetSnapshot() | AssemblePrompt():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no full-text recall or "
                     "snapshots (open the client with a postgresql:// DSN)"
                 )
             case (
                 RecordOutcome()
-                | OutcomeSummaryRequest()
-                | MaintenanceReport()
-                | MaintenancePatchRequest()
+                | GetOutcomeSummary()
+                | GetMaintenanceReport()
+                | CreateMaintenancePatch()
                 | GetPatch()
                 | ApplyPatch()
                 | LinkCorrection()
@@ -593,7 +593,7 @@ class DuckDBBackend:
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no outcomes or maintenance "
                     "(open the client with a postgresql:// DSN)"
                 )
-            case SubmitOperation() | GetReceipt() | OperationEvents() | LedgerStatusRequest():
+            case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no operations ledger "
                     "(open the client with a postgresql:// DSN)"
@@ -900,7 +900,7 @@ class DuckDBBackend:
 
         return self.run(work)
 
-    def journal_records(self, request: JournalRecords) -> Any:
+    def journal_records(self, request: GetJournalRecords) -> Any:
         user_id = valid_user_id(request.user_id)
         return self.run(
             lambda con: journal_rows(user_id, con.execute(JOURNAL_RECORDS, {"user_id": user_id}).fetchall())

@@ -62,25 +62,25 @@ from . import (
     AssemblePrompt,
     AuthenticateApiToken,
     CreateApiToken,
-    CurrentSnapshot,
+    CreateMaintenancePatch,
+    GetCurrentSnapshot,
+    GetJournalRecords,
+    GetLedgerStatus,
+    GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetOutcomeSummary,
     GetPatch,
+    GetReadiness,
     GetReceipt,
     GetSnapshot,
     IsCorrection,
-    JournalRecords,
-    LedgerStatusRequest,
     LinkCorrection,
     ListCorrectionInbox,
     ListNodes,
-    MaintenancePatchRequest,
-    MaintenanceReport,
+    ListOperationEvents,
     MarkReviewed,
-    OperationEvents,
-    OutcomeSummaryRequest,
     PublishSnapshot,
-    Readiness,
     Recall,
     RecordOutcome,
     Reinforce,
@@ -699,7 +699,7 @@ def statement(request: Request[T]) -> Call[T]:
             call = Call(VERIFY_JOURNAL, {"user_id": request.user_id}, issue_row, _all)
         case ReplayNode():
             call = Call(REPLAY_NODE, {"user_id": request.user_id, "node_id": request.node_id}, replay_row)
-        case JournalRecords():
+        case GetJournalRecords():
             user_id = request.user_id
             call = Call(JOURNAL_RECORDS, {"user_id": user_id}, tuple_row, lambda rows: journal_rows(user_id, rows))
         case AuthenticateApiToken():
@@ -726,7 +726,7 @@ def statement(request: Request[T]) -> Call[T]:
                 tuple_row,
                 lambda rows: bool(rows[0][0]),
             )
-        case Readiness():
+        case GetReadiness():
             call = Call(READINESS, {}, tuple_row, lambda rows: (bool(rows[0][0]), list(rows[0][1])))
         case Recall():
             call = Call(
@@ -753,7 +753,7 @@ def statement(request: Request[T]) -> Call[T]:
                 },
                 publish_row,
             )
-        case CurrentSnapshot():
+        case GetCurrentSnapshot():
             call = Call(CURRENT_SNAPSHOT, {"user_id": request.user_id, "scope": request.scope}, snapshot_row)
         case GetSnapshot():
             call = Call(
@@ -782,13 +782,13 @@ def statement(request: Request[T]) -> Call[T]:
                 },
                 outcome_row,
             )
-        case OutcomeSummaryRequest():
+        case GetOutcomeSummary():
             call = Call(OUTCOME_SUMMARY, {"user_id": request.user_id, "node_id": request.node_id}, outcome_summary_row)
-        case MaintenanceReport():
+        case GetMaintenanceReport():
             call = Call(
                 MAINTENANCE_REPORT, {"user_id": request.user_id, "as_of": request.as_of}, recommendation_row, _all
             )
-        case MaintenancePatchRequest():
+        case CreateMaintenancePatch():
             call = Call(MAINTENANCE_PATCH, {"user_id": request.user_id, "as_of": request.as_of}, patch_row)
         case GetPatch():
             call = Call(GET_PATCH, {"user_id": request.user_id, "patch_id": request.patch_id}, patch_row)
@@ -872,7 +872,7 @@ def statement(request: Request[T]) -> Call[T]:
             )
         case GetReceipt():
             call = Call(GET_RECEIPT, {"user_id": request.user_id, "operation_id": request.operation_id}, receipt_row)
-        case OperationEvents():
+        case ListOperationEvents():
             call = Call(
                 OPERATION_EVENTS,
                 {
@@ -884,7 +884,7 @@ def statement(request: Request[T]) -> Call[T]:
                 operation_event_row,
                 _all,
             )
-        case LedgerStatusRequest():
+        case GetLedgerStatus():
             call = Call(LEDGER_STATUS, {}, ledger_status_row)
         case _:
             raise TypeError(f"not a prme_pg request: {request!r}")
@@ -1009,16 +1009,10 @@ class PostgresBackend:
 
     def execute(self, request: Request[T]) -> T:
         call = statement(request)
-        try:
-            with self.pool.connection() as conn:
-                cur = conn.cursor(row_factory=call.row_factory)
-                cur.execute(call.query, call.params)
-                return call.result(cur.fetchall())
-        except (psycopg.Error, UnicodeEncodeError) as exc:
-            error = translate_error(exc)
-            if error is exc:
-                raise
-            raise error from exc
+        with translate_errors(), self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=call.row_factory)
+            cur.execute(call.query, call.params)
+            return call.result(cur.fetchall())
 
     def close(self) -> None:
         self.pool.close()
@@ -1065,16 +1059,11 @@ class AsyncPostgresBackend:
 
     async def execute(self, request: Request[T]) -> T:
         call = statement(request)
-        try:
+        with translate_errors():
             async with self.pool.connection() as conn:
                 cur = conn.cursor(row_factory=call.row_factory)
                 await cur.execute(call.query, call.params)
                 return call.result(await cur.fetchall())
-        except (psycopg.Error, UnicodeEncodeError) as exc:
-            error = translate_error(exc)
-            if error is exc:
-                raise
-            raise error from exc
 
     async def close(self) -> None:
         await self.pool.close()

@@ -1,0 +1,53 @@
+"""The HTTP API: FastAPI over :class:`~prme_pg.AsyncMemoryClient`.
+
+Every route but ``/health`` needs ``Authorization: Bearer <token>``; a token acts
+for exactly one owner (see :mod:`prme_pg.tokens`), so no route takes a user_id.
+Errors are RFC 9457 problem+json whose ``type`` names the SQLSTATE. A retried
+confirmation with the same ``Idempotency-Key`` counts once and is answered with
+``Idempotent-Replayed: true``. Install with the ``http`` extra; serve with
+``prme-pg serve``.
+
+One module per capability holds its ``router``, its request and response models and
+its handlers; handlers ask for the client and the token's owner through the
+dependencies ``Client`` and ``Owner`` (:mod:`.dependencies`) and raise prme_pg's
+errors, which :mod:`.problems` answers as problem+json. To add a capability, write
+``prme_pg/http/<name>.py`` with ``router = APIRouter()`` and add it to ``ROUTERS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from .. import __version__
+from ..aio import AsyncMemoryClient
+from . import ledger, maintenance, nodes, ops, recall
+from .problems import EXCEPTION_HANDLERS
+
+__all__ = ["ROUTERS", "create_app"]
+
+# In this order in the OpenAPI document.
+ROUTERS: tuple[APIRouter, ...] = (ops.router, nodes.router, recall.router, maintenance.router, ledger.router)
+
+
+def create_app(client: AsyncMemoryClient) -> FastAPI:
+    """The ASGI app over an (unopened) client; the app opens and closes it."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with client:
+            yield
+
+    app = FastAPI(
+        title="prme-pg",
+        version=__version__,
+        description="A memory engine for AI agents: confirm, correct and audit memories.",
+        lifespan=lifespan,
+        exception_handlers=EXCEPTION_HANDLERS,
+    )
+    app.state.client = client  # what the Client dependency hands to each route
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

@@ -1,0 +1,189 @@
+"""The operations ledger (/api/v2, docs/LEDGER.md): submit an operation, read its
+receipt, follow operation events as Server-Sent Events."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from fastapi import APIRouter, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..aio import AsyncMemoryClient
+from ..models import OperationEvent, Receipt
+from .dependencies import Client, Owner
+from .problems import problem_responses
+from .sse import EVENT_STREAM, After, LastEventId, MaxSeconds, event_stream, message, resume_after
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+# A stream polls for new events every POLL_SECONDS, STREAM_BATCH events per query.
+POLL_SECONDS = 0.5
+STREAM_BATCH = 1000
+
+_STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **problem_responses(401, 404, 422, 503, s404="no such operation of the token's owner"),
+    200: {
+        "description": (
+            "Server-Sent Events, one per state change: `id:` is the event's seq, `event: operation`, "
+            "`data:` a JSON object {seq, operation_id, operation_seq, state, detail, created_at}. "
+            "History first, then live events, until max_seconds have passed. Reconnect with "
+            "Last-Event-ID (or ?after=) to resume with no gap and no duplicate."
+        ),
+        "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
+    },
+}
+
+
+class OperationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    operation_id: UUID = Field(description="caller-generated and stable: a retry reuses it")
+    schema_version: int = Field(ge=-(2**31), le=2**31 - 1, description="must be 2")
+    kind: str = Field(
+        description="add_node, add_event, reinforce, archive_node, record_outcome or link_correction (docs/LEDGER.md)"
+    )
+    dependencies: list[UUID] = Field(default_factory=list, description="operations this one waits for")
+    payload_hash: str = Field(description="sha256 hex of the payload's RFC 8785 canonical form")
+    payload: dict[str, Any]
+
+
+class ReceiptOut(BaseModel):
+    operation_id: UUID
+    kind: str
+    payload_hash: str
+    dependencies: list[UUID]
+    state: str = Field(description="accepted, blocked, processing, committed or rejected")
+    blocked_by: list[UUID]
+    result: Any = Field(default=None, description="set once committed")
+    error: Any = Field(default=None, description="set once rejected, and while a transient failure is retried")
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+    created: bool = Field(description="true only for the submit that accepted the operation")
+
+    @classmethod
+    def of(cls, receipt: Receipt) -> ReceiptOut:
+        fields = {name: getattr(receipt, name) for name in cls.model_fields}
+        fields["dependencies"] = list(receipt.dependencies)
+        fields["blocked_by"] = list(receipt.blocked_by)
+        return cls(**fields)
+
+
+def _message(event: OperationEvent) -> str:
+    """One operation event as a Server-Sent Events message."""
+    data = {
+        "seq": event.seq,
+        "operation_id": str(event.operation_id),
+        "operation_seq": event.operation_seq,
+        "state": event.state,
+        "detail": event.detail,
+        "created_at": event.created_at.isoformat(),
+    }
+    return message(event.seq, "operation", data)
+
+
+async def _poll(
+    client: AsyncMemoryClient, user_id: str, operation_id: UUID | None, after_seq: int, max_seconds: float
+) -> AsyncIterator[str]:
+    """History after after_seq, then new events as they are polled, until max_seconds have passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_seconds
+    yield ": prme-pg operation events\n\n"
+    while True:
+        events = await client.operation_events(
+            user_id=user_id, after_seq=after_seq, operation_id=operation_id, max_count=STREAM_BATCH
+        )
+        for event in events:
+            yield _message(event)
+            after_seq = event.seq
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        if len(events) < STREAM_BATCH:
+            await asyncio.sleep(min(POLL_SECONDS, remaining))
+
+
+@router.post(
+    "/api/v2/operations",
+    status_code=202,
+    response_model=ReceiptOut,
+    tags=["ledger"],
+    responses={
+        **problem_responses(
+            401,
+            404,
+            409,
+            422,
+            503,
+            s404="a dependency is not an operation of the token's owner (nothing stored)",
+            s409="operation_id was already used for another operation (nothing changed)",
+        ),
+        202: {"description": "accepted: the operation is durably in the ledger (created: true)"},
+        200: {"description": "the same operation was submitted before: its stored receipt", "model": ReceiptOut},
+    },
+)
+async def submit_operation(body: OperationIn, user_id: Owner, client: Client, response: Response) -> ReceiptOut:
+    """Hand a write to the ledger (docs/LEDGER.md). A retry with the same operation_id and
+    payload_hash is answered with the stored receipt."""
+    receipt = await client.submit_operation(
+        body.operation_id,
+        body.kind,
+        body.payload,
+        user_id=user_id,
+        dependencies=body.dependencies,
+        payload_hash=body.payload_hash,
+        schema_version=body.schema_version,
+    )
+    if not receipt.created:
+        response.status_code = 200
+    return ReceiptOut.of(receipt)
+
+
+@router.get(
+    "/api/v2/operations/{operation_id}",
+    response_model=ReceiptOut,
+    tags=["ledger"],
+    responses=problem_responses(401, 404, 422, 503, s404="no such operation of the token's owner"),
+)
+async def get_receipt(operation_id: UUID, user_id: Owner, client: Client) -> ReceiptOut:
+    """The receipt of an operation as it stands now."""
+    return ReceiptOut.of(await client.get_receipt(operation_id, user_id=user_id))
+
+
+@router.get(
+    "/api/v2/operations/{operation_id}/events",
+    response_class=StreamingResponse,
+    tags=["ledger"],
+    responses=_STREAM_RESPONSES,
+)
+async def operation_events(
+    operation_id: UUID,
+    user_id: Owner,
+    client: Client,
+    after: After = 0,
+    max_seconds: MaxSeconds = 30,
+    last_event_id: LastEventId = None,
+) -> StreamingResponse:
+    """The events of one operation as Server-Sent Events (docs/LEDGER.md)."""
+    start = resume_after(last_event_id, after)
+    await client.get_receipt(operation_id, user_id=user_id)  # 404 before the stream starts
+    return event_stream(_poll(client, user_id, operation_id, start, max_seconds))
+
+
+@router.get("/api/v2/events", response_class=StreamingResponse, tags=["ledger"], responses=_STREAM_RESPONSES)
+async def events(
+    user_id: Owner,
+    client: Client,
+    after: After = 0,
+    max_seconds: MaxSeconds = 30,
+    last_event_id: LastEventId = None,
+) -> StreamingResponse:
+    """The events of all the token owner's operations as Server-Sent Events, in seq order."""
+    return event_stream(_poll(client, user_id, None, resume_after(last_event_id, after), max_seconds))

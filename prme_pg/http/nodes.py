@@ -1,0 +1,151 @@
+"""Memories and evidence: create and read nodes, record events, reinforce."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..models import Event, Node
+from .dependencies import Client, Owner
+from .fields import REPLAYED_HEADER, IdempotencyKey, Number
+from .problems import problem_responses
+
+__all__ = ["NodeOut", "router"]
+
+router = APIRouter()
+
+
+class NodeOut(BaseModel):
+    id: UUID
+    user_id: str
+    namespace: str
+    scope: str
+    kind: str
+    content: str
+    confidence_base: Number
+    salience_base: Number
+    reinforcement_boost: Number
+    last_reinforced_at: datetime | None
+    evidence_refs: list[UUID]
+    stability: str
+    next_review_at: datetime | None
+    lifecycle_state: str
+    decay_profile: str
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+    @classmethod
+    def of(cls, node: Node) -> NodeOut:
+        fields = {name: getattr(node, name) for name in cls.model_fields}
+        fields["evidence_refs"] = list(node.evidence_refs)
+        return cls(**fields)
+
+
+class EventOut(BaseModel):
+    id: UUID
+    user_id: str
+    namespace: str
+    scope: str
+    kind: str
+    content: str
+    payload: dict[str, Any]
+    occurred_at: datetime
+    created_at: datetime
+
+    @classmethod
+    def of(cls, event: Event) -> EventOut:
+        return cls(**{name: getattr(event, name) for name in cls.model_fields})
+
+
+class NodeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+    scope: str = "personal"
+    namespace: str = "default"
+    kind: str = "fact"
+    confidence_base: Decimal = Decimal("0.5")
+    salience_base: Decimal = Decimal("0.5")
+    stability: str = "low"
+    decay_profile: str = "medium"
+    next_review_at: datetime | None = None
+
+
+class EventIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+    scope: str = "personal"
+    namespace: str = "default"
+    kind: str = "message"
+    payload: dict[str, Any] = Field(default_factory=dict)
+    occurred_at: datetime | None = None
+
+
+class ReinforceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    evidence_id: UUID | None = None
+
+
+@router.post(
+    "/v1/nodes", status_code=201, response_model=NodeOut, tags=["memories"], responses=problem_responses(401, 422, 503)
+)
+async def add_node(body: NodeIn, user_id: Owner, client: Client) -> NodeOut:
+    """Create a memory for the token's owner."""
+    return NodeOut.of(await client.add_node(body.content, user_id=user_id, **body.model_dump(exclude={"content"})))
+
+
+@router.get(
+    "/v1/nodes/{node_id}", response_model=NodeOut, tags=["memories"], responses=problem_responses(401, 404, 422, 503)
+)
+async def get_node(node_id: UUID, user_id: Owner, client: Client) -> NodeOut:
+    """One memory of the token's owner (404 for another owner's)."""
+    return NodeOut.of(await client.get_node(node_id, user_id=user_id))
+
+
+@router.post(
+    "/v1/events",
+    status_code=201,
+    response_model=EventOut,
+    tags=["evidence"],
+    responses=problem_responses(401, 422, 503),
+)
+async def add_event(body: EventIn, user_id: Owner, client: Client) -> EventOut:
+    """Record immutable evidence for the token's owner."""
+    return EventOut.of(await client.add_event(body.content, user_id=user_id, **body.model_dump(exclude={"content"})))
+
+
+@router.put(
+    "/v1/nodes/{node_id}/reinforce",
+    response_model=NodeOut,
+    tags=["memories"],
+    responses={
+        **problem_responses(401, 404, 409, 422, 503),
+        200: {
+            "description": "the current node; on a replay also the header Idempotent-Replayed: true",
+            "headers": REPLAYED_HEADER,
+        },
+    },
+)
+async def reinforce(
+    node_id: UUID,
+    user_id: Owner,
+    client: Client,
+    response: Response,
+    body: ReinforceIn | None = None,
+    idempotency_key: IdempotencyKey = None,
+) -> NodeOut:
+    """Confirm a memory. With an Idempotency-Key, a retry counts once and is answered as a replay."""
+    node = await client.reinforce(
+        node_id, body.evidence_id if body else None, user_id=user_id, request_id=idempotency_key
+    )
+    if node.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return NodeOut.of(node)

@@ -1,0 +1,106 @@
+"""Errors as RFC 9457 problem+json: the document, its OpenAPI description, and the
+exception handlers that turn every error a route can raise into one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import psycopg
+from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, PrmeError
+from .dependencies import Unauthorized
+
+__all__ = ["EXCEPTION_HANDLERS", "PROBLEM_JSON", "Problem", "problem", "problem_responses"]
+
+PROBLEM_JSON = "application/problem+json"
+ERROR_TYPE = "urn:prme-pg:error:"
+
+# The problem each status means unless a route words it for itself (problem_responses).
+_DESCRIBED = {
+    401: "missing, malformed, unknown or revoked bearer token",
+    404: "not found (missing, archived, or another owner's)",
+    409: "idempotency key already used for another node or evidence",
+    422: "invalid input",
+    503: "the database is unavailable",
+}
+
+_TITLES: dict[type[PrmeError], str] = {
+    NotFoundError: "Not Found",
+    IdempotencyConflict: "Conflict",
+    InvalidInput: "Invalid Input",
+    IntegrityError: "Data Corrupted",
+}
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document."""
+
+    type: str = Field(examples=["urn:prme-pg:error:PR404"])
+    title: str
+    status: int
+    detail: str
+
+
+def problem(status: int, code: str, title: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """A problem+json response whose type is ``urn:prme-pg:error:<code>``."""
+    body = Problem(type=ERROR_TYPE + code, title=title, status=status, detail=detail)
+    return JSONResponse(body.model_dump(), status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def problem_responses(*statuses: int, **overrides: str) -> dict[int | str, dict[str, Any]]:
+    """Documented problem responses; ``overrides`` (``s404="..."``) reword one status."""
+    return {
+        status: {
+            "model": Problem,
+            "description": overrides.get(f"s{status}", _DESCRIBED[status]),
+            "content": {PROBLEM_JSON: {}},
+        }
+        for status in statuses
+    }
+
+
+async def _unauthorized(_: Request, exc: Exception) -> JSONResponse:
+    return problem(401, "unauthorized", "Unauthorized", str(exc), {"WWW-Authenticate": "Bearer"})
+
+
+async def _engine_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PrmeError)
+    title = _TITLES.get(type(exc))
+    if title is not None:
+        return problem(exc.http_status, exc.sqlstate, title, str(exc))
+    return problem(500, "internal", "Internal Server Error", str(exc))
+
+
+async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = "; ".join(
+        f"{'.'.join(str(p) for p in error.get('loc', ()))}: {error.get('msg', 'invalid')}" for error in exc.errors()
+    )
+    return problem(422, InvalidInput.sqlstate, "Invalid Input", details or "invalid request")
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return problem(exc.status_code, f"http-{exc.status_code}", str(exc.detail), str(exc.detail))
+
+
+async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
+    return problem(503, "unavailable", "Service Unavailable", f"the database is unavailable: {exc}")
+
+
+# Every error a route raises, as the problem it answers with (FastAPI(exception_handlers=...)).
+EXCEPTION_HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
+    Unauthorized: _unauthorized,
+    PrmeError: _engine_error,
+    RequestValidationError: _invalid_request,
+    StarletteHTTPException: _http_error,
+    psycopg.OperationalError: _unavailable,
+    PoolTimeout: _unavailable,
+}

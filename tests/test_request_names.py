@@ -1,0 +1,74 @@
+"""Names that say what they are: a backend request is named for what it does (its verb
+first), and no HTTP model shares a name with one, so a reader never confuses the two."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+
+from pydantic import BaseModel
+
+import prme_pg.http
+from prme_pg import backends
+
+# What a request can do to the engine; a new request starts with one of these (or adds one).
+VERBS = {
+    "Add",
+    "Apply",
+    "Archive",
+    "Assemble",
+    "Authenticate",
+    "Create",
+    "Get",
+    "Is",
+    "Link",
+    "List",
+    "Mark",
+    "Publish",
+    "Recall",
+    "Record",
+    "Reinforce",
+    "Replay",
+    "Reset",
+    "Resolve",
+    "Revoke",
+    "Set",
+    "Submit",
+    "Verify",
+}
+
+
+def _request_classes() -> dict[str, type]:
+    return {
+        name: value
+        for name, value in vars(backends).items()
+        if inspect.isclass(value) and issubclass(value, backends.Request) and value is not backends.Request
+    }
+
+
+def _http_models() -> dict[str, str]:
+    """Every pydantic model defined in prme_pg.http, by name, with its module."""
+    models: dict[str, str] = {}
+    for info in pkgutil.iter_modules(prme_pg.http.__path__, prefix="prme_pg.http."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, BaseModel) and value.__module__ == module.__name__:
+                models[name] = module.__name__
+    return models
+
+
+def test_every_request_is_exported_and_named_for_its_verb() -> None:
+    requests = _request_classes()
+    assert len(requests) > 30  # the lookup found them
+    assert set(requests) <= set(backends.__all__)
+    unnamed = {name for name in requests if re.findall(r"[A-Z][a-z]*", name)[0] not in VERBS}
+    assert not unnamed, f"requests not named for their verb: {sorted(unnamed)}"
+
+
+def test_no_http_model_shares_a_name_with_a_request() -> None:
+    models = _http_models()
+    assert {"NodeOut", "Problem", "Readiness", "ReceiptOut"} <= set(models)  # the lookup found them
+    shared = set(models) & set(_request_classes())
+    assert not shared, f"HTTP models named like backend requests: {sorted(shared)}"
