@@ -164,14 +164,37 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         import uvicorn
 
         from .aio import AsyncMemoryClient
-        from .http import create_app
+        from .http import create_app, uvicorn_options
     except ImportError as exc:
         raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
+    limits = _serve_limits(args)
     _reachable(args)  # fail fast, in one line, before the server and its pool start
     console.print(f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
-    app = create_app(AsyncMemoryClient(dsn, max_size=args.pool_size))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
+    app = create_app(client, limits=limits)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(limits))
     return EXIT_OK
+
+
+def _serve_limits(args: argparse.Namespace) -> Any:
+    """The HTTP server's limits from serve's flags (docs/HTTP.md, "Limits")."""
+    from .http import Limits
+
+    for flag, value in (
+        ("--pool-size", args.pool_size),
+        ("--max-body-bytes", args.max_body_bytes),
+        ("--max-header-bytes", args.max_header_bytes),
+        ("--max-requests-per-owner", args.max_requests_per_owner),
+    ):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1")
+    if not 0 <= args.statement_timeout <= 86400:
+        raise UsageError("--statement-timeout must be 0 to 86400 seconds (0: the server's own setting)")
+    return Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_header_bytes=args.max_header_bytes,
+        max_requests_per_owner=args.max_requests_per_owner,
+    )
 
 
 def cmd_token_create(args: argparse.Namespace, console: Console) -> int:
@@ -622,6 +645,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--pool-size", type=int, default=10, help="database connections (default 10)")
+    serve.add_argument(
+        "--statement-timeout",
+        type=float,
+        default=30.0,
+        help="seconds one call may run in the database (default 30; 0: the server's own setting)",
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=int, default=2 * 1024 * 1024, help="request body limit, else 413 (default 2 MiB)"
+    )
+    serve.add_argument(
+        "--max-header-bytes", type=int, default=16 * 1024, help="request line and headers limit, else 431 (16 KiB)"
+    )
+    serve.add_argument(
+        "--max-requests-per-owner",
+        type=int,
+        default=None,
+        help="requests of one owner at once, else 429 (default: half of --pool-size)",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
     token = add("token", "Create or revoke HTTP bearer tokens.", lambda a, c: _usage(token))

@@ -9,8 +9,10 @@ stop hook that only enqueues does not load a database driver to validate a user 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -19,9 +21,11 @@ from .errors import InvalidInput
 __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "JSONTooDeep",
     "check_json_depth",
     "json_depth_exceeds",
     "loads_bounded",
+    "loads_strict",
     "parse_uuid",
     "require_utf8",
     "valid_user_id",
@@ -78,6 +82,10 @@ def valid_user_id(user_id: object) -> str:
     return require_utf8("user_id", user_id)
 
 
+class JSONTooDeep(InvalidInput):
+    """A JSON document nests deeper than a limit (an :class:`InvalidInput`, PR422)."""
+
+
 def json_depth_exceeds(value: object, max_depth: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``value`` (plain JSON data: dicts, lists, scalars) nests deeper than ``max_depth``.
 
@@ -102,7 +110,7 @@ def json_depth_exceeds(value: object, max_depth: int = MAX_JSON_DEPTH) -> bool:
 def check_json_depth(argument: str, value: object, max_depth: int = MAX_JSON_DEPTH) -> None:
     """:class:`InvalidInput` when ``value`` nests deeper than ``max_depth`` levels (see MAX_JSON_DEPTH)."""
     if json_depth_exceeds(value, max_depth):
-        raise InvalidInput(f"{argument} must nest at most {max_depth} levels deep")
+        raise JSONTooDeep(f"{argument} must nest at most {max_depth} levels deep")
 
 
 def loads_bounded(data: bytes | str, argument: str = "the document", max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -115,8 +123,70 @@ def loads_bounded(data: bytes | str, argument: str = "the document", max_depth: 
     try:
         document = json.loads(data)
     except RecursionError:
-        raise InvalidInput(f"{argument} must nest at most {max_depth} levels deep") from None
+        raise JSONTooDeep(f"{argument} must nest at most {max_depth} levels deep") from None
     except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidInput(f"{argument} is not one JSON document: {exc}") from None
+    check_json_depth(argument, document, max_depth)
+    return document
+
+
+class _Refused(ValueError):
+    """Raised by loads_strict's parser hooks; json.loads passes it on unchanged."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _Refused(f"duplicate key {key[:80]!r}")
+        document[key] = value
+    return document
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a JSON number")
+
+
+def _exact_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"number {text[:40]} is out of range")
+    if Decimal(repr(value)) != Decimal(text):
+        raise _Refused(f"number {text[:40]} has no exact double form (send it as a string to keep every digit)")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() parses (sys.get_int_max_str_digits)
+        raise _Refused(f"integer {text[:40]}... is too long") from None
+
+
+def loads_strict(data: bytes | str, argument: str = "the body", max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON text as strictly as an API must, or raise :class:`InvalidInput` saying why.
+
+    Beyond :func:`loads_bounded`: text must be UTF-8; ``NaN``, ``Infinity`` and numbers out of
+    double range (``1e400``) are refused, not turned into floats nobody can store; an
+    object with a duplicate key is refused, not kept with its last value; and a number
+    with a fraction or exponent must have an exact double form (its shortest double
+    reads back as the same decimal: ``0.1`` yes, ``0.10000000000000000001`` no), so that
+    what is stored is what was sent. Integers are exact at any size.
+    """
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        document = json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_exact_float,
+            parse_int=_integer,
+        )
+    except _Refused as exc:
+        raise InvalidInput(f"{argument} is refused: {exc}") from None
+    except RecursionError:
+        raise JSONTooDeep(f"{argument} must nest at most {max_depth} levels deep") from None
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError
         raise InvalidInput(f"{argument} is not one JSON document: {exc}") from None
     check_json_depth(argument, document, max_depth)
     return document

@@ -24,16 +24,22 @@ from fastapi import APIRouter, FastAPI
 from .. import __version__
 from ..aio import AsyncMemoryClient
 from . import ledger, maintenance, nodes, ops, recall
-from .problems import EXCEPTION_HANDLERS
+from .gate import OwnerGate
+from .limits import Limits, uvicorn_options
+from .problems import EXCEPTION_HANDLERS, problem_responses
 
-__all__ = ["ROUTERS", "create_app"]
+__all__ = ["ROUTERS", "Limits", "create_app", "uvicorn_options"]
 
 # In this order in the OpenAPI document.
 ROUTERS: tuple[APIRouter, ...] = (ops.router, nodes.router, recall.router, maintenance.router, ledger.router)
 
 
-def create_app(client: AsyncMemoryClient) -> FastAPI:
-    """The ASGI app over an (unopened) client; the app opens and closes it."""
+def create_app(client: AsyncMemoryClient, *, limits: Limits | None = None) -> FastAPI:
+    """The ASGI app over an (unopened) client; the app opens and closes it.
+
+    ``limits`` bound what one request and one owner may cost (:mod:`.limits`; the header
+    limit is the server's: serve the app with ``uvicorn_options(limits)``)."""
+    limits = limits or Limits()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -48,6 +54,10 @@ def create_app(client: AsyncMemoryClient) -> FastAPI:
         exception_handlers=EXCEPTION_HANDLERS,
     )
     app.state.client = client  # what the Client dependency hands to each route
+    app.state.limits = limits
+    pool = getattr(client.backend, "pool", None)
+    app.add_middleware(OwnerGate, limits=limits, requests_per_owner=limits.requests_per_owner(pool and pool.max_size))
     for router in ROUTERS:
-        app.include_router(router)
+        # Every route but the public ones (ops) may meet the gate's and the body's limits.
+        app.include_router(router, responses={} if router is ops.router else problem_responses(413, 429))
     return app
