@@ -35,6 +35,7 @@ from .backends import (
     GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetNodeJournal,
     GetOutcomeSummary,
     GetPatch,
     GetReadiness,
@@ -42,6 +43,8 @@ from .backends import (
     GetSnapshot,
     IsCorrection,
     ListCorrectionInbox,
+    ListNodeEvidence,
+    ListNodeOutcomes,
     PublishSnapshot,
     ReplayNode,
     ResetMaintenanceSettings,
@@ -59,6 +62,7 @@ from .client import (
     assemble_prompt_request,
     check_pack_options,
     check_page_size,
+    find_nodes_request,
     link_correction_request,
     list_nodes_request,
     mark_reviewed_request,
@@ -312,6 +316,21 @@ class AsyncMemoryClient:
         """The stored journal of ``user_id`` and each node's head, as the verifier reads them."""
         return await self._backend.execute(GetJournalRecords(user_id=user_id))
 
+    async def node_journal(
+        self, node_id: UUID | str, *, user_id: str, max_count: int = 1000
+    ) -> tuple[list[JournalRecord], NodeHead]:
+        """The oldest ``max_count`` (1..10000) journal records of one memory and its head, as the
+        verifier reads them (``verify_records(records, [head])`` once the chain is complete)."""
+        return await self._backend.execute(
+            GetNodeJournal(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+        )
+
+    async def node_evidence(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Event]:
+        """The events a memory cites in ``evidence_refs``, each once, oldest first."""
+        return await self._backend.execute(
+            ListNodeEvidence(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+        )
+
     async def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
         """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
         return await self._backend.execute(AuthenticateApiToken(user_id=user_id, token_sha256=token_sha256))
@@ -351,6 +370,26 @@ class AsyncMemoryClient:
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
         """
         return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+
+    async def find_nodes(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str,
+        scopes: str | Iterable[str] | None = None,
+        stabilities: str | Iterable[str] | None = None,
+        lifecycle_states: str | Iterable[str] | None = None,
+        max_count: int = 50,
+    ) -> list[Node]:
+        """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``; PostgreSQL only).
+
+        ``query`` matches words as recall does (``None`` or blank: every memory); the
+        filters (``None`` = any) narrow; most query words first, then newest change
+        first; ``max_count`` is 1..1000.
+        """
+        return await self._backend.execute(
+            find_nodes_request(query, user_id, scopes, stabilities, lifecycle_states, max_count)
+        )
 
     async def publish_snapshot(
         self,
@@ -417,6 +456,12 @@ class AsyncMemoryClient:
     async def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
         """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
         return await self._backend.execute(GetOutcomeSummary(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    async def node_outcomes(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Outcome]:
+        """The outcome events of a memory, newest first, at most ``max_count`` (1..10000; PostgreSQL only)."""
+        return await self._backend.execute(
+            ListNodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+        )
 
     async def maintenance_report(
         self, *, user_id: str, as_of: datetime | None = None

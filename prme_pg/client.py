@@ -41,12 +41,14 @@ from .backends import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
+    FindNodes,
     GetCurrentSnapshot,
     GetJournalRecords,
     GetLedgerStatus,
     GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetNodeJournal,
     GetOutcomeSummary,
     GetPatch,
     GetReadiness,
@@ -55,6 +57,8 @@ from .backends import (
     IsCorrection,
     LinkCorrection,
     ListCorrectionInbox,
+    ListNodeEvidence,
+    ListNodeOutcomes,
     ListNodes,
     ListOperationEvents,
     MarkReviewed,
@@ -218,13 +222,35 @@ def list_nodes_request(
 
 
 def parse_scopes(argument: str, scopes: str | Iterable[str]) -> tuple[str, ...]:
-    """Scopes as a tuple; one string is one scope (not its characters)."""
+    """Names as a tuple; one string is one name (not its characters)."""
     if isinstance(scopes, str):
         return (scopes,)
     try:
         return tuple(scopes)
     except TypeError:
-        raise InvalidInput(f"{argument} must be a list of scope names, got {scopes!r}") from None
+        raise InvalidInput(f"{argument} must be a list of names, got {scopes!r}") from None
+
+
+def _names(argument: str, values: str | Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else parse_scopes(argument, values)
+
+
+def find_nodes_request(
+    query: str | None,
+    user_id: str,
+    scopes: str | Iterable[str] | None,
+    stabilities: str | Iterable[str] | None,
+    lifecycle_states: str | Iterable[str] | None,
+    max_count: int,
+) -> FindNodes:
+    return FindNodes(
+        user_id=user_id,
+        query=query,
+        scopes=_names("scopes", scopes),
+        stabilities=_names("stabilities", stabilities),
+        lifecycle_states=_names("lifecycle_states", lifecycle_states),
+        max_count=max_count,
+    )
 
 
 def recall_request(
@@ -582,6 +608,21 @@ class MemoryClient:
         """The stored journal of ``user_id`` and each node's head, as the verifier reads them."""
         return self._backend.execute(GetJournalRecords(user_id=user_id))
 
+    def node_journal(
+        self, node_id: UUID | str, *, user_id: str, max_count: int = 1000
+    ) -> tuple[list[JournalRecord], NodeHead]:
+        """The oldest ``max_count`` (1..10000) journal records of one memory and its head, as the
+        verifier reads them (``verify_records(records, [head])`` once the chain is complete)."""
+        return self._backend.execute(
+            GetNodeJournal(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+        )
+
+    def node_evidence(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Event]:
+        """The events a memory cites in ``evidence_refs``, each once, oldest first."""
+        return self._backend.execute(
+            ListNodeEvidence(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+        )
+
     def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
         """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
         return self._backend.execute(AuthenticateApiToken(user_id=user_id, token_sha256=token_sha256))
@@ -621,6 +662,26 @@ class MemoryClient:
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
         """
         return self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+
+    def find_nodes(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str,
+        scopes: str | Iterable[str] | None = None,
+        stabilities: str | Iterable[str] | None = None,
+        lifecycle_states: str | Iterable[str] | None = None,
+        max_count: int = 50,
+    ) -> list[Node]:
+        """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``; PostgreSQL only).
+
+        ``query`` matches words as recall does (``None`` or blank: every memory); the
+        filters (``None`` = any) narrow; most query words first, then newest change
+        first; ``max_count`` is 1..1000.
+        """
+        return self._backend.execute(
+            find_nodes_request(query, user_id, scopes, stabilities, lifecycle_states, max_count)
+        )
 
     def publish_snapshot(
         self,
@@ -687,6 +748,12 @@ class MemoryClient:
     def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
         """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
         return self._backend.execute(GetOutcomeSummary(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
+
+    def node_outcomes(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Outcome]:
+        """The outcome events of a memory, newest first, at most ``max_count`` (1..10000; PostgreSQL only)."""
+        return self._backend.execute(
+            ListNodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
+        )
 
     def maintenance_report(self, *, user_id: str, as_of: datetime | None = None) -> list[MaintenanceRecommendation]:
         """What maintenance recommends for the memories of ``user_id``; changes nothing

@@ -21,6 +21,7 @@ VERBS = {
     "Assemble",
     "Authenticate",
     "Create",
+    "Find",
     "Get",
     "Is",
     "Link",

@@ -56,12 +56,14 @@ __all__ = [
     "AuthenticateApiToken",
     "CreateApiToken",
     "CreateMaintenancePatch",
+    "FindNodes",
     "GetCurrentSnapshot",
     "GetJournalRecords",
     "GetLedgerStatus",
     "GetMaintenanceReport",
     "GetMaintenanceSettings",
     "GetNode",
+    "GetNodeJournal",
     "GetOutcomeSummary",
     "GetPatch",
     "GetReadiness",
@@ -70,6 +72,8 @@ __all__ = [
     "IsCorrection",
     "LinkCorrection",
     "ListCorrectionInbox",
+    "ListNodeEvidence",
+    "ListNodeOutcomes",
     "ListNodes",
     "ListOperationEvents",
     "MarkReviewed",
@@ -87,6 +91,7 @@ __all__ = [
     "SyncBackend",
     "VerifyJournal",
     "journal_rows",
+    "node_journal_rows",
 ]
 
 T = TypeVar("T")
@@ -170,6 +175,51 @@ class GetJournalRecords(Request[tuple[list[JournalRecord], list[NodeHead]]]):
     """The raw journal of one owner and each node's head, for the independent verifier."""
 
     user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetNodeJournal(Request[tuple[list[JournalRecord], NodeHead]]):
+    """The oldest ``max_count`` journal records of one node and its head, for the verifier."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListNodeEvidence(Request[list[Event]]):
+    """The events a node cites in evidence_refs, each once, oldest first."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListNodeOutcomes(Request[list[Outcome]]):
+    """The outcome events of one node, newest first (PostgreSQL only)."""
+
+    user_id: str
+    node_id: UUID
+    max_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindNodes(Request[list[Node]]):
+    """Memories in any lifecycle state by recall's word matching and filters (PostgreSQL only)."""
+
+    user_id: str
+    query: str | None
+    scopes: tuple[str, ...] | None
+    stabilities: tuple[str, ...] | None
+    lifecycle_states: tuple[str, ...] | None
+    max_count: int
+
+
+def node_journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[JournalRecord], NodeHead]:
+    """Rows of the one-node journal query: its records and its head (the query always returns a row)."""
+    records, heads = journal_rows(user_id, rows)
+    return records, heads[0]
 
 
 def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[JournalRecord], list[NodeHead]]:

@@ -36,7 +36,7 @@ from typing import Any, TypeVar, cast
 import duckdb
 
 from ..errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
-from ..models import Event, JournalIssue, Node, ReplayResult
+from ..models import Event, JournalIssue, JournalRecord, Node, NodeHead, ReplayResult
 from ..validation import require_utf8, valid_user_id
 from . import (
     AddEvent,
@@ -47,12 +47,14 @@ from . import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
+    FindNodes,
     GetCurrentSnapshot,
     GetJournalRecords,
     GetLedgerStatus,
     GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetNodeJournal,
     GetOutcomeSummary,
     GetPatch,
     GetReadiness,
@@ -61,6 +63,8 @@ from . import (
     IsCorrection,
     LinkCorrection,
     ListCorrectionInbox,
+    ListNodeEvidence,
+    ListNodeOutcomes,
     ListNodes,
     ListOperationEvents,
     MarkReviewed,
@@ -77,6 +81,7 @@ from . import (
     SubmitOperation,
     VerifyJournal,
     journal_rows,
+    node_journal_rows,
 )
 
 __all__ = [
@@ -288,6 +293,24 @@ JOURNAL_RECORDS = (
     "FROM prme.nodes AS n LEFT JOIN prme.journal AS j ON j.user_id = n.user_id AND j.node_id = n.id "
     "WHERE n.user_id = $user_id ORDER BY n.id, j.node_version"
 )
+
+# prme.node_journal: one node's oldest $max_count records with its head.
+NODE_JOURNAL = (
+    "SELECT n.id, n.version, n.last_checksum, j.node_version, j.record_version, j.op, j.operation_id, "
+    "j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum "
+    "FROM prme.nodes AS n LEFT JOIN LATERAL ("
+    "SELECT * FROM prme.journal AS r WHERE r.user_id = n.user_id AND r.node_id = n.id "
+    "ORDER BY r.node_version LIMIT $max_count) AS j ON TRUE "
+    "WHERE n.user_id = $user_id AND n.id = $node_id ORDER BY j.node_version"
+)
+# prme.node_evidence: the events named in evidence_refs, each once, oldest first.
+NODE_EVIDENCE = (
+    "SELECT e.id, e.user_id, e.namespace, e.scope, e.kind, e.content, e.payload, e.occurred_at, e.created_at "
+    "FROM prme.events AS e WHERE e.user_id = $user_id AND e.id IN ("
+    "SELECT unnest(n.evidence_refs) FROM prme.nodes AS n WHERE n.user_id = $user_id AND n.id = $node_id) "
+    "ORDER BY e.occurred_at, e.id LIMIT $max_count"
+)
+NODE_EXISTS = "SELECT 1 FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
 
 
 # -- validation: sql/postgres/030_validation.sql, same checks and messages ----------
@@ -564,17 +587,22 @@ class DuckDBBackend:
                 return self.replay_node(request)
             case GetJournalRecords():
                 return self.journal_records(request)
+            case GetNodeJournal():
+                return self.node_journal(request)
+            case ListNodeEvidence():
+                return self.node_evidence(request)
             case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | GetReadiness():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no API tokens or migrations"
                 )
-            case Recall() | PublishSnapshot() | GetCurrentSnapshot() | GetSnapshot() | AssemblePrompt():
+            case Recall() | FindNodes() | PublishSnapshot() | GetCurrentSnapshot() | GetSnapshot() | AssemblePrompt():
                 raise PrmeError(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no full-text recall or "
                     "snapshots (open the client with a postgresql:// DSN)"
                 )
             case (
                 RecordOutcome()
+                | ListNodeOutcomes()
                 | GetOutcomeSummary()
                 | GetMaintenanceReport()
                 | CreateMaintenancePatch()
@@ -669,18 +697,7 @@ class DuckDBBackend:
             )
             if not rows:
                 raise IdempotencyConflict("an event with this event_id already exists")
-            row = rows[0]
-            return Event(
-                id=row["id"],
-                user_id=row["user_id"],
-                namespace=row["namespace"],
-                scope=row["scope"],
-                kind=row["kind"],
-                content=row["content"],
-                payload=json.loads(row["payload"]),
-                occurred_at=row["occurred_at"].astimezone(UTC),
-                created_at=row["created_at"].astimezone(UTC),
-            )
+            return _event(rows[0])
 
         return self.run(work)
 
@@ -905,6 +922,53 @@ class DuckDBBackend:
         return self.run(
             lambda con: journal_rows(user_id, con.execute(JOURNAL_RECORDS, {"user_id": user_id}).fetchall())
         )
+
+    def node_journal(self, request: GetNodeJournal) -> tuple[list[JournalRecord], NodeHead]:
+        user_id = valid_user_id(request.user_id)
+        params = {"user_id": user_id, "node_id": request.node_id, "max_count": _valid_max_count(request.max_count)}
+
+        def work(con: duckdb.DuckDBPyConnection) -> tuple[list[JournalRecord], NodeHead]:
+            rows = con.execute(NODE_JOURNAL, params).fetchall()
+            if not rows:
+                raise NotFoundError("node not found")
+            return node_journal_rows(user_id, rows)
+
+        return self.run(work)
+
+    def node_evidence(self, request: ListNodeEvidence) -> list[Event]:
+        params = {
+            "user_id": valid_user_id(request.user_id),
+            "node_id": request.node_id,
+            "max_count": _valid_max_count(request.max_count),
+        }
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[Event]:
+            exists = con.execute(NODE_EXISTS, {"user_id": params["user_id"], "node_id": params["node_id"]})
+            if exists.fetchone() is None:
+                raise NotFoundError("node not found")
+            return [_event(row) for row in _fetch_dicts(con.execute(NODE_EVIDENCE, params))]
+
+        return self.run(work)
+
+
+def _valid_max_count(max_count: int) -> int:
+    if not isinstance(max_count, int) or not 1 <= max_count <= 10000:
+        raise InvalidInput("max_count must be between 1 and 10000")
+    return max_count
+
+
+def _event(row: dict[str, Any]) -> Event:
+    return Event(
+        id=row["id"],
+        user_id=row["user_id"],
+        namespace=row["namespace"],
+        scope=row["scope"],
+        kind=row["kind"],
+        content=row["content"],
+        payload=json.loads(row["payload"]),
+        occurred_at=row["occurred_at"].astimezone(UTC),
+        created_at=row["created_at"].astimezone(UTC),
+    )
 
 
 class AsyncDuckDBBackend:

@@ -63,12 +63,14 @@ from . import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
+    FindNodes,
     GetCurrentSnapshot,
     GetJournalRecords,
     GetLedgerStatus,
     GetMaintenanceReport,
     GetMaintenanceSettings,
     GetNode,
+    GetNodeJournal,
     GetOutcomeSummary,
     GetPatch,
     GetReadiness,
@@ -77,6 +79,8 @@ from . import (
     IsCorrection,
     LinkCorrection,
     ListCorrectionInbox,
+    ListNodeEvidence,
+    ListNodeOutcomes,
     ListNodes,
     ListOperationEvents,
     MarkReviewed,
@@ -93,6 +97,7 @@ from . import (
     SubmitOperation,
     VerifyJournal,
     journal_rows,
+    node_journal_rows,
 )
 
 
@@ -172,6 +177,25 @@ REPLAY_NODE: LiteralString = (
 JOURNAL_RECORDS: LiteralString = (
     "SELECT node_id, version, last_checksum, node_version, record_version, op, operation_id, "
     "request_id, evidence_id, record, checksum, prev_checksum FROM prme.journal_records(user_id => %(user_id)s)"
+)
+
+NODE_JOURNAL: LiteralString = (
+    "SELECT id, version, last_checksum, node_version, record_version, op, operation_id, request_id, evidence_id, "
+    "record, checksum, prev_checksum "
+    "FROM prme.node_journal(user_id => %(user_id)s, node_id => %(node_id)s, max_count => %(max_count)s::integer)"
+)
+NODE_EVIDENCE: LiteralString = (
+    "SELECT * FROM prme.node_evidence(user_id => %(user_id)s, node_id => %(node_id)s, "
+    "max_count => %(max_count)s::integer)"
+)
+NODE_OUTCOMES: LiteralString = (
+    "SELECT * FROM prme.node_outcomes(user_id => %(user_id)s, node_id => %(node_id)s, "
+    "max_count => %(max_count)s::integer)"
+)
+FIND_NODES: LiteralString = (
+    "SELECT * FROM prme.find_nodes(user_id => %(user_id)s, query => %(query)s::text, scopes => %(scopes)s::text[], "
+    "stabilities => %(stabilities)s::text[], lifecycle_states => %(lifecycle_states)s::text[], "
+    "max_count => %(max_count)s::integer)"
 )
 
 
@@ -631,6 +655,10 @@ def _all(rows: list[Any]) -> list[Any]:
     return rows
 
 
+def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
+    return None if values is None else list(values)
+
+
 def statement(request: Request[T]) -> Call[T]:
     """The one SQL call that carries out ``request`` on PostgreSQL."""
     call: Call[Any]
@@ -702,6 +730,42 @@ def statement(request: Request[T]) -> Call[T]:
         case GetJournalRecords():
             user_id = request.user_id
             call = Call(JOURNAL_RECORDS, {"user_id": user_id}, tuple_row, lambda rows: journal_rows(user_id, rows))
+        case GetNodeJournal():
+            owner = request.user_id
+            call = Call(
+                NODE_JOURNAL,
+                {"user_id": owner, "node_id": request.node_id, "max_count": request.max_count},
+                tuple_row,
+                lambda rows: node_journal_rows(owner, rows),
+            )
+        case ListNodeEvidence():
+            call = Call(
+                NODE_EVIDENCE,
+                {"user_id": request.user_id, "node_id": request.node_id, "max_count": request.max_count},
+                event_row,
+                _all,
+            )
+        case ListNodeOutcomes():
+            call = Call(
+                NODE_OUTCOMES,
+                {"user_id": request.user_id, "node_id": request.node_id, "max_count": request.max_count},
+                outcome_row,
+                _all,
+            )
+        case FindNodes():
+            call = Call(
+                FIND_NODES,
+                {
+                    "user_id": request.user_id,
+                    "query": request.query,
+                    "scopes": _list_or_none(request.scopes),
+                    "stabilities": _list_or_none(request.stabilities),
+                    "lifecycle_states": _list_or_none(request.lifecycle_states),
+                    "max_count": request.max_count,
+                },
+                node_row,
+                _all,
+            )
         case AuthenticateApiToken():
             call = Call(
                 AUTHENTICATE_API_TOKEN,

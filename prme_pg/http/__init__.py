@@ -23,15 +23,23 @@ from fastapi import APIRouter, FastAPI
 
 from .. import __version__
 from ..aio import AsyncMemoryClient
-from . import ledger, maintenance, nodes, ops, recall
+from . import console, ledger, maintenance, nodes, ops, recall, review
 from .gate import OwnerGate
 from .limits import Limits, uvicorn_options
 from .problems import EXCEPTION_HANDLERS, problem_responses
 
 __all__ = ["ROUTERS", "Limits", "create_app", "uvicorn_options"]
 
-# In this order in the OpenAPI document.
-ROUTERS: tuple[APIRouter, ...] = (ops.router, nodes.router, recall.router, maintenance.router, ledger.router)
+# In this order in the OpenAPI document (the console's pages are not in it).
+ROUTERS: tuple[APIRouter, ...] = (
+    ops.router,
+    nodes.router,
+    review.router,
+    recall.router,
+    maintenance.router,
+    ledger.router,
+    console.router,
+)
 
 
 def create_app(client: AsyncMemoryClient, *, limits: Limits | None = None) -> FastAPI:
@@ -58,6 +66,7 @@ def create_app(client: AsyncMemoryClient, *, limits: Limits | None = None) -> Fa
     pool = getattr(client.backend, "pool", None)
     app.add_middleware(OwnerGate, limits=limits, requests_per_owner=limits.requests_per_owner(pool and pool.max_size))
     for router in ROUTERS:
-        # Every route but the public ones (ops) may meet the gate's and the body's limits.
-        app.include_router(router, responses={} if router is ops.router else problem_responses(413, 429))
+        # Every route but the public ones (ops, the console's pages) may meet the gate's limits.
+        public = router in (ops.router, console.router)
+        app.include_router(router, responses={} if public else problem_responses(413, 429))
     return app

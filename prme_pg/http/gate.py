@@ -30,10 +30,18 @@ from .dependencies import GATE_STATE_KEY
 from .limits import Limits
 from .problems import RETRY_SOON, problem
 
-__all__ = ["PUBLIC_PATHS", "STREAM_PATH", "OwnerGate"]
+__all__ = ["PUBLIC_PATHS", "PUBLIC_PREFIX", "STREAM_PATH", "OwnerGate", "is_public"]
 
 #: Answered without a token: liveness, readiness (probes have no owner token) and the API's description.
 PUBLIC_PATHS = frozenset({"/health", "/ready", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+#: ... and the review console's pages under /ui (docs/CONSOLE.md: the app in the browser asks for a token).
+PUBLIC_PREFIX = "/ui"
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path == PUBLIC_PREFIX or path.startswith(PUBLIC_PREFIX + "/")
+
+
 #: Server-Sent Events routes: long-lived, counted against max_streams_per_owner instead.
 STREAM_PATH = re.compile(r"^/api/v2/(events|operations/[^/]+/events)$")
 
@@ -67,7 +75,7 @@ class OwnerGate:
             await _too_large(self.limits.max_body_bytes, scope, receive, send)  # before a byte of it is read
             return
         receive = _limited(receive, self.limits.max_body_bytes)
-        if scope["path"] in PUBLIC_PATHS:
+        if is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
         credentials = _bearer(scope)

@@ -13,7 +13,7 @@
 -- The catalog checks query pg_catalog, so objects added later are covered too.
 -- =============================================================================
 BEGIN;
-SELECT plan(79);
+SELECT plan(84);
 
 -- The API is every function in prme whose name does not start with _ (DESIGN.md
 -- section 5), so functions added by later migrations are held to the same rules.
@@ -233,6 +233,20 @@ SELECT is(
     '{cccccccc-eeee-4000-8000-000000000001}'::uuid[], 'prme_app: get_node');
 SELECT is(
     (SELECT count(*) FROM prme.list_nodes('carol')), 1::bigint, 'prme_app: list_nodes');
+SELECT is(
+    (SELECT count(*) FROM prme.node_journal('carol', 'cccccccc-aaaa-4000-8000-000000000001')), 2::bigint,
+    'prme_app: node_journal');
+SELECT is(
+    (SELECT array_agg(id) FROM prme.node_evidence('carol', 'cccccccc-aaaa-4000-8000-000000000001')),
+    '{cccccccc-eeee-4000-8000-000000000001}'::uuid[], 'prme_app: node_evidence');
+SELECT is(
+    (SELECT count(*) FROM prme.node_outcomes('carol', 'cccccccc-aaaa-4000-8000-000000000001')), 1::bigint,
+    'prme_app: node_outcomes');
+SELECT is(
+    (SELECT array_agg(content) FROM prme.find_nodes('carol', 'tea')), '{"carol likes tea"}'::text[],
+    'prme_app: find_nodes');
+SELECT throws_ok($$SELECT * FROM prme.node_journal('dave', 'cccccccc-aaaa-4000-8000-000000000001')$$, 'PR404',
+                 'node not found', 'prme_app: node_journal of another owner''s memory is not found');
 SELECT is_empty($$SELECT * FROM prme.verify_journal('carol')$$, 'prme_app: verify_journal');
 SELECT is((prme.replay_node('carol', 'cccccccc-aaaa-4000-8000-000000000001')).matches, true, 'prme_app: replay_node');
 SELECT is((prme.archive_node('carol', 'cccccccc-aaaa-4000-8000-000000000001')).lifecycle_state, 'archived',
