@@ -15,8 +15,11 @@ is 429 with ``Retry-After``. The authenticated token is left in the request's st
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from collections import Counter
+from collections.abc import AsyncIterator
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -46,27 +49,63 @@ def is_public(path: str) -> bool:
 STREAM_PATH = re.compile(r"^/api/v2/(events|operations/[^/]+/events)$")
 
 
+class SlotsFull(Exception):
+    """An owner has no free slot and no room to wait for one."""
+
+
+class _Slots:
+    """At most ``limit`` requests of one owner run at once; up to ``limit`` more wait for a slot,
+    each at most ``wait`` seconds (a burst, such as a page loading its parts, is absorbed); any
+    more are refused at once. Per owner state exists only while the owner has requests in."""
+
+    def __init__(self, limit: int, wait: float) -> None:
+        self.limit, self.wait = limit, wait
+        self._users: Counter[str] = Counter()
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+
+    def full(self, owner: str) -> bool:
+        """No slot and no room to wait for one: checked before the token lookup too."""
+        return self._users[owner] >= (2 * self.limit if self.wait > 0 else self.limit)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, owner: str) -> AsyncIterator[None]:
+        if self.full(owner):
+            raise SlotsFull
+        self._users[owner] += 1
+        semaphore = self._semaphores.setdefault(owner, asyncio.Semaphore(self.limit))
+        try:
+            if semaphore.locked() and self.wait <= 0:
+                raise SlotsFull
+            try:
+                await asyncio.wait_for(semaphore.acquire(), self.wait if self.wait > 0 else None)
+            except TimeoutError:
+                raise SlotsFull from None
+            try:
+                yield
+            finally:
+                semaphore.release()
+        finally:
+            self._users[owner] -= 1
+            if self._users[owner] <= 0:
+                del self._users[owner]
+                del self._semaphores[owner]
+
+
 class OwnerGate:
     """ASGI middleware: 401 before the body, then at most N requests (and M streams) per owner."""
 
     def __init__(self, app: ASGIApp, *, limits: Limits, requests_per_owner: int) -> None:
         self.app = app
         self.limits = limits
-        self.requests_per_owner = requests_per_owner
-        self._requests: Counter[str] = Counter()
-        self._streams: Counter[str] = Counter()
-
-    def in_flight(self, user_id: str) -> tuple[int, int]:
-        """(requests, streams) the owner has running now."""
-        return self._requests[user_id], self._streams[user_id]
+        self._requests = _Slots(requests_per_owner, limits.slot_wait_seconds)
+        self._streams = _Slots(limits.max_streams_per_owner, 0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if _head_bytes(scope) > self.limits.max_header_bytes:
-            # A head that arrived whole in one read: the protocol (LimitedH11Protocol) only sees
-            # one that is still arriving past the limit.
+            # One the protocol did not measure (pipelined behind another request on its connection).
             detail = f"the request line and headers must be at most {self.limits.max_header_bytes} bytes"
             await problem(431, "http-431", "Request Header Fields Too Large", detail)(scope, receive, send)
             return
@@ -87,14 +126,12 @@ class OwnerGate:
             await _unauthorized("the bearer token is not valid", scope, receive, send)
             return
         stream = STREAM_PATH.match(scope["path"]) is not None
-        counts, limit = (
-            (self._streams, self.limits.max_streams_per_owner) if stream else (self._requests, self.requests_per_owner)
-        )
+        slots, what = (self._streams, "event streams") if stream else (self._requests, "requests")
         owner = token.user_id  # as the token names it: checked below, before it takes a slot
-        if counts[owner] >= limit:
+        if slots.full(owner):
             # Before the token lookup, so a flood past its limit costs the database nothing. Only
             # authenticated requests take slots, so a forged token cannot use up another owner's.
-            await _too_many(limit, "event streams" if stream else "requests", scope, receive, send)
+            await _too_many(slots.limit, what, scope, receive, send)
             return
         try:
             live = await scope["app"].state.client.authenticate_api_token(token.user_id, token.sha256)
@@ -104,17 +141,12 @@ class OwnerGate:
         if not live:
             await _unauthorized("the bearer token is not valid", scope, receive, send)
             return
-        if counts[owner] >= limit:  # filled while the lookup ran
-            await _too_many(limit, "event streams" if stream else "requests", scope, receive, send)
-            return
-        counts[owner] += 1
         scope.setdefault("state", {})[GATE_STATE_KEY] = token
         try:
-            await self.app(scope, receive, send)
-        finally:
-            counts[owner] -= 1
-            if counts[owner] <= 0:
-                del counts[owner]
+            async with slots.slot(owner):
+                await self.app(scope, receive, send)
+        except SlotsFull:
+            await _too_many(slots.limit, what, scope, receive, send)
 
 
 def _head_bytes(scope: Scope) -> int:
@@ -125,7 +157,7 @@ def _head_bytes(scope: Scope) -> int:
 
 def _content_length(scope: Scope) -> int | None:
     value = Headers(scope=scope).get("content-length")
-    return int(value) if value is not None and value.isdigit() else None  # h11 refuses a malformed one
+    return int(value) if value is not None and value.isdigit() else None  # the parser refuses a malformed one
 
 
 def _limited(receive: Receive, limit: int) -> Receive:

@@ -1,11 +1,12 @@
 """What one request, and one owner, may cost the server (issue 17; docs/HTTP.md, "Limits").
 
 * **Header bytes** (``max_header_bytes``, default 16 KiB: the request line and every
-  header). Enforced by the HTTP protocol itself while the head is still arriving: uvicorn
-  runs with h11 (httptools has no such bound) and :class:`LimitedH11Protocol` answers
-  431 as soon as an incomplete head passes the limit, then closes the connection; a
-  head that arrived whole in one read (h11 parses it before it counts) is measured by
-  :class:`~.gate.OwnerGate` and answered 431 the same way.
+  header). Enforced by the HTTP protocol itself while the head is still arriving:
+  :class:`LimitedHttpToolsProtocol` (uvicorn's httptools protocol, which has no such
+  bound of its own) counts a head's bytes as they come and answers 431 as soon as they
+  pass the limit, then closes the connection; the parser never sees them. A request
+  pipelined behind another is measured by :class:`~.gate.OwnerGate` from its parsed
+  headers and answered 431 the same way.
 * **Body bytes** (``max_body_bytes``, default 2 MiB: a 1 MiB ledger payload in its
   envelope, with room for whitespace), enforced by :class:`~.gate.OwnerGate`: 413 before
   a byte is read when Content-Length says more (before authentication: it costs
@@ -15,28 +16,31 @@
 * **Concurrent requests per owner** (``max_requests_per_owner``; default half the
   connection pool, at least 1) and **concurrent event streams per owner**
   (``max_streams_per_owner``, default 4, counted apart: a stream holds no connection
-  between its polls). One more is 429 with ``Retry-After: 1``, at once: it does not
-  queue. So one owner's flood leaves the rest of the pool to everyone else; each call
-  is bounded in time by the client's ``statement_timeout``.
+  between its polls). A request past its owner's limit waits up to
+  ``slot_wait_seconds`` (1 s) for a slot, so a burst (a page loading its parts) is
+  absorbed; as many may wait as may run, and one more than that, or one that waited in
+  vain, is 429 with ``Retry-After: 1``. A stream past its limit is 429 at once. So one
+  owner's flood leaves the rest of the pool to everyone else; each call is bounded in
+  time by the client's ``statement_timeout``.
 * **Token re-check on streams** (``token_recheck_seconds``, default 5): a stream ends
   within that long after its token is revoked.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .problems import ERROR_TYPE, PROBLEM_JSON
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_HEADER_BYTES",
-    "LimitedH11Protocol",
+    "LimitedHttpToolsProtocol",
     "Limits",
     "uvicorn_options",
 ]
@@ -53,6 +57,9 @@ class Limits:
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
     max_requests_per_owner: int | None = None
     max_streams_per_owner: int = 4
+    #: A request of an owner whose slots are all busy waits this long for one, then is 429
+    #: (as many may wait as may run; any more are 429 at once). Streams never wait.
+    slot_wait_seconds: float = 1.0
     token_recheck_seconds: float = 5.0
     #: /ready answers 503 when the database does not answer within this many seconds.
     ready_timeout_seconds: float = 5.0
@@ -65,6 +72,8 @@ class Limits:
         per_owner = self.max_requests_per_owner
         if per_owner is not None and (isinstance(per_owner, bool) or not isinstance(per_owner, int) or per_owner < 1):
             raise ValueError(f"max_requests_per_owner must be a positive integer or None, got {per_owner!r}")
+        if not 0 <= self.slot_wait_seconds <= 60:
+            raise ValueError("slot_wait_seconds must be in [0, 60] seconds")
         for name in ("token_recheck_seconds", "ready_timeout_seconds"):
             if not 0 < getattr(self, name) <= 3600:
                 raise ValueError(f"{name} must be in (0, 3600] seconds")
@@ -81,40 +90,58 @@ def _problem_bytes(status: int, code: str, title: str, detail: str) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
-class LimitedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, answering a request head past ``h11_max_incomplete_event_size``
-    with 431 (problem+json) instead of uvicorn's generic 400.
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol (the fast one) with a bound on the request head: bytes of a
+    request line and headers past ``max_head_bytes`` are answered 431 (problem+json) and the
+    connection is closed, before the parser sees them.
 
-    h11 refuses to buffer more than that many bytes of an incomplete event (a request head
-    still arriving) and raises; uvicorn then calls :meth:`send_400_response`. Whether it
-    was the size is read from h11's own buffer, which still holds the oversized head.
+    httptools itself has no bound (it would buffer a 100 MB header value whole), so the
+    bytes are counted here as they arrive, up to the blank line that ends the head.
+    Requests pipelined behind another on one connection are measured by the owner gate
+    instead, from their parsed headers.
     """
 
-    def send_400_response(self, msg: str) -> None:
-        limit = self.config.h11_max_incomplete_event_size
-        if limit is None or len(self.conn.trailing_data[0]) <= limit:
-            super().send_400_response(msg)
-            return
-        body = _problem_bytes(
-            431,
-            "http-431",
-            "Request Header Fields Too Large",
-            f"the request line and headers must be at most {limit} bytes",
+    def __init__(self, *args: Any, max_head_bytes: int = DEFAULT_MAX_HEADER_BYTES, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_head_bytes = max_head_bytes
+        self._in_head, self._head_bytes, self._tail = True, 0, b""
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            window = self._tail + data
+            end = window.find(b"\r\n\r\n")
+            if end < 0:
+                self._head_bytes += len(data)
+                self._tail = window[-3:]
+            else:
+                self._head_bytes += end + 4 - len(self._tail)
+                self._in_head, self._tail = False, b""
+            if self._head_bytes > self.max_head_bytes:
+                self._refuse_head()
+                return
+        super().data_received(data)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._head_bytes, self._tail = True, 0, b""
+
+    def _refuse_head(self) -> None:
+        detail = f"the request line and headers must be at most {self.max_head_bytes} bytes"
+        body = _problem_bytes(431, "http-431", "Request Header Fields Too Large", detail)
+        head = (
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            + b"content-type: "
+            + PROBLEM_JSON.encode("ascii")
+            + b"\r\n"
+            + b"content-length: "
+            + str(len(body)).encode("ascii")
+            + b"\r\n"
+            + b"connection: close\r\n\r\n"
         )
-        headers = [
-            (b"content-type", PROBLEM_JSON.encode("ascii")),
-            (b"content-length", str(len(body)).encode("ascii")),
-            (b"connection", b"close"),
-        ]
-        for event in (
-            h11.Response(status_code=431, headers=headers, reason=b"Request Header Fields Too Large"),
-            h11.Data(data=body),
-            h11.EndOfMessage(),
-        ):
-            self.transport.write(self.conn.send(event) or b"")
+        self.transport.write(head + body)
         self.transport.close()
 
 
 def uvicorn_options(limits: Limits) -> dict[str, Any]:
     """Options for ``uvicorn.run`` / ``uvicorn.Config`` that enforce ``limits.max_header_bytes``."""
-    return {"http": LimitedH11Protocol, "h11_max_incomplete_event_size": limits.max_header_bytes}
+    return {"http": functools.partial(LimitedHttpToolsProtocol, max_head_bytes=limits.max_header_bytes)}
