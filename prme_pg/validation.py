@@ -32,11 +32,12 @@ __all__ = [
 ]
 
 #: The deepest nesting of a JSON document any entry accepts: the document itself is level
-#: 1, and each object or array inside it one more (``{"a": [1]}`` is 2 deep). The engine's
-#: canonicaliser refuses deeper payloads with PR422 too: one number, every layer
+#: 1, and each object or array inside it one more (``{"a": [1]}`` is 2 deep). The same
+#: number and counting as the engine's ``prme.ledger_limits().max_payload_depth``, whose
+#: canonicaliser refuses deeper payloads with PR422: one bound, every layer
 #: (docs/RELIABILITY.md, "Bounds"). Recursive code (json, rfc8785, PL/pgSQL) stays far
 #: from its stack limit at this depth; no memory written by an agent nests deeper.
-MAX_JSON_DEPTH = 64
+MAX_JSON_DEPTH = 32
 #: The largest JSON payload any entry accepts (its RFC 8785 text): the ledger's limit.
 MAX_JSON_BYTES = 1024 * 1024
 
