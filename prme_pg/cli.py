@@ -8,12 +8,14 @@ Exit codes: 0 ok, 1 failure, 2 usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -30,6 +32,8 @@ from .validation import loads_bounded
 
 if TYPE_CHECKING:
     from .client import MemoryClient
+    from .journal import JournalHead
+    from .models import JournalIssue, JournalRecord
 
 __all__ = ["main"]
 
@@ -171,8 +175,36 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     _reachable(args)  # fail fast, in one line, before the server and its pool start
     console.print(f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)")
     client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
+    if args.metrics_port is not None:
+        return _serve_with_metrics(args, client, console, limits)
     app = create_app(client, limits=limits)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(limits))
+    return EXIT_OK
+
+
+def _serve_with_metrics(args: argparse.Namespace, client: Any, console: Console, limits: Any) -> int:
+    """serve --metrics-port: /metrics (Prometheus, no token) on a bind of its own (docs/HTTP.md)."""
+    import asyncio
+
+    from .http import create_app, uvicorn_options
+    from .http.metrics import serve
+    from .metrics import ServiceMetrics
+
+    metrics = ServiceMetrics(client)
+    console.print(f"serving Prometheus metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
+    api = create_app(client, limits=limits, metrics=metrics)
+    asyncio.run(
+        serve(
+            api,
+            metrics,
+            host=args.host,
+            port=args.port,
+            metrics_host=args.metrics_host,
+            metrics_port=args.metrics_port,
+            log_level=args.log_level,
+            api_options=uvicorn_options(limits),
+        )
+    )
     return EXIT_OK
 
 
@@ -425,7 +457,7 @@ def cmd_sync(args: argparse.Namespace, console: Console) -> int:
 
     syncer.on_progress = on_progress
     try:
-        with progress:
+        with progress, _queue_metrics(args):
             report = syncer.run(once=args.once)
     finally:
         syncer.close()
@@ -565,6 +597,120 @@ def cmd_curate(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILURE if any(row.status == "stale" for row in applied) else EXIT_OK
 
 
+def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
+    """Serve the MCP tools over stdio or streamable HTTP (docs/MCP.md)."""
+    import anyio
+
+    if args.pack and args.dsn:
+        raise UsageError("pass --pack DIR or --dsn URL, not both")
+    target = str(args.pack) if args.pack else args.dsn or _default_dsn()
+    if not target:
+        raise UsageError("no backend given: pass --pack DIR (a memory pack) or --dsn URL (or set PRME_DSN)")
+    try:
+        from . import mcp_server
+    except ImportError as exc:
+        raise UsageError(f"the MCP server needs the mcp extra: pip install 'prme-pg[mcp]' ({exc})") from exc
+    if args.transport == "stdio" and args.user is None:
+        raise UsageError("stdio serves one owner: pass --user")
+    if args.transport == "http":
+        if args.user is None and args.pack:
+            raise UsageError("a memory pack has no bearer tokens: pass --user to serve its owner over HTTP")
+        if args.user is not None and not mcp_server.is_loopback(args.host):
+            raise UsageError(
+                f"--user over HTTP serves that owner to anyone who reaches {args.host}: bind a loopback "
+                "address (--host 127.0.0.1), or leave --user out and use bearer tokens"
+            )
+        owner = f"as {escape(args.user)}" if args.user else "for the bearer token's owner"
+        Console(stderr=True).print(f"serving MCP on http://{args.host}:{args.port}/mcp {owner}")
+    anyio.run(
+        lambda: mcp_server.run(
+            target,
+            user_id=args.user,
+            transport=args.transport,
+            host=args.host,
+            port=args.port,
+            pool_size=args.pool_size,
+            log_level=args.log_level,
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_schedule(args: argparse.Namespace, console: Console) -> int:
+    """Print (or with --apply install) the pg_cron jobs of the executor and nightly maintenance."""
+    from . import schedule
+
+    names = [schedule.EXECUTOR_JOB, args.maintenance_job]
+    try:
+        jobs = [] if args.remove else [schedule.executor_job(schedule=args.executor_schedule, batch=args.batch)]
+        if args.users and not args.remove:
+            jobs.append(
+                schedule.maintenance_job(args.users, schedule=args.maintenance_schedule, name=args.maintenance_job)
+            )
+    except InvalidInput as exc:
+        raise UsageError(str(exc)) from None
+    if not args.apply:
+        database = args.database or (_dsn_database(args.dsn) if args.dsn else None)
+        if not database:
+            raise UsageError("name the database prme lives in: --database NAME, or --dsn URL")
+        if args.remove:
+            sys.stdout.write(schedule.render_unschedule(names, database=database))
+        elif args.json:
+            _print_json({"database": database, "username": args.run_as, "jobs": [dataclasses.asdict(j) for j in jobs]})
+        else:
+            sys.stdout.write(schedule.render(jobs, database=database, username=args.run_as))
+        return EXIT_OK
+    dsn = _require_dsn(args)
+    cron_dsn, database = schedule.cron_dsn(dsn)
+    database = args.database or database
+    cron_dsn = args.cron_dsn or cron_dsn
+    if args.remove:
+        removed = schedule.unschedule(cron_dsn, names, database=database)
+        if args.json:
+            _print_json({"database": database, "removed": removed})
+        else:
+            console.print(f"removed {len(removed)} job(s): {', '.join(removed) or 'none was scheduled'}")
+        return EXIT_OK
+    installed = schedule.apply(cron_dsn, jobs, database=database, username=args.run_as)
+    if args.json:
+        _print_json({"database": database, "jobs": [{"name": n, "jobid": j} for n, j in installed]})
+    else:
+        table = Table(title=f"pg_cron jobs for database {escape(database)}")
+        for column in ("job", "id", "schedule", "runs"):
+            table.add_column(column)
+        for job, (_, jobid) in zip(jobs, installed, strict=True):
+            table.add_row(job.name, str(jobid), job.schedule, escape(job.command))
+        console.print(table)
+    return EXIT_OK
+
+
+def _queue_metrics(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """sync --metrics-textfile: the pack's queue depths for node_exporter's textfile collector."""
+    if args.metrics_textfile is None:
+        return contextlib.nullcontext()
+    if args.metrics_interval <= 0:
+        raise UsageError("--metrics-interval must be positive")
+    try:
+        from .metrics import TextfileWriter, queue_registry
+    except ImportError as exc:
+        raise UsageError(f"metrics need prometheus-client: pip install 'prme-pg[http]' ({exc})") from exc
+    writer = TextfileWriter(args.metrics_textfile, queue_registry(args.pack), interval=args.metrics_interval)
+    try:
+        writer.write()  # an unwritable path is a usage error before any work starts
+    except OSError as exc:
+        raise UsageError(f"--metrics-textfile: cannot write {args.metrics_textfile}: {exc.strerror}") from None
+    return writer.running()
+
+
+def _dsn_database(dsn: str) -> str | None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return conninfo_to_dict(dsn).get("dbname") or None  # type: ignore[return-value]
+    except psycopg.ProgrammingError as exc:
+        raise UsageError(f"--dsn is not a valid connection string: {exc}") from None
+
+
 def _learning_sync(args: argparse.Namespace) -> LearningSync:
     from datetime import timedelta
 
@@ -608,6 +754,131 @@ def cmd_hook(args: argparse.Namespace, console: Console) -> int:
         return EXIT_USAGE
     sys.stdout.write(f"{record.record_id}\n")
     return EXIT_OK
+
+
+# -- journal: verify, and anchor outside the database (docs/JOURNAL.md) ------------------
+
+
+def _journal_client(args: argparse.Namespace) -> MemoryClient:
+    from .client import MemoryClient
+
+    if args.pack is not None:
+        return MemoryClient(Path(args.pack))  # a path is always a pack, never a DSN
+    return _client(args)  # fails fast, in one line, when the database does not answer
+
+
+def _journal_findings(
+    memory: MemoryClient, user_id: str, head: JournalHead | None = None
+) -> tuple[list[JournalRecord], list[tuple[str, JournalIssue]]]:
+    """The owner's records, and every problem: the engine's own check, Python's independent
+    one, and (with a head) whether the journal still holds what the head anchored."""
+    from .journal import verify_against, verify_records
+
+    records, nodes = memory.journal_records(user_id=user_id)
+    findings = [("engine", issue) for issue in memory.verify_journal(user_id=user_id)]
+    findings += [("independent", issue) for issue in verify_records(records, nodes)]
+    if head is not None:
+        findings += [("anchor", issue) for issue in verify_against(head, records)]
+    return records, findings
+
+
+def _print_findings(console: Console, title: str, findings: list[tuple[str, JournalIssue]]) -> None:
+    table = Table(title=title)
+    for column in ("source", "node_id", "version", "problem", "detail"):
+        table.add_column(column)
+    for source, issue in findings:
+        table.add_row(source, str(issue.node_id), str(issue.node_version), issue.problem, escape(issue.detail))
+    console.print(table)
+
+
+def _findings_json(findings: list[tuple[str, JournalIssue]]) -> list[dict[str, Any]]:
+    return [{"source": source, **dataclasses.asdict(issue)} for source, issue in findings]
+
+
+def cmd_journal_head(args: argparse.Namespace, console: Console) -> int:
+    from .journal import journal_head
+
+    output = Path(args.output) if args.output else None
+    if output is not None and output.exists():
+        raise PrmeError(f"{output} exists: a head is never overwritten; choose another file")
+    with _journal_client(args) as memory:
+        records, findings = _journal_findings(memory, args.user)
+    if findings:
+        if args.json:
+            _print_json({"user_id": args.user, "verifies": False, "problems": _findings_json(findings)})
+        else:
+            _print_findings(console, f"journal of {escape(args.user)}", findings)
+        raise PrmeError(f"the journal of {args.user} does not verify: not anchoring it")
+    head = journal_head(args.user, records)
+    document = head.to_document()
+    if output is not None:
+        try:
+            with output.open("x", encoding="utf-8") as file:  # "x": never replace an anchor
+                file.write(json.dumps(document, indent=2) + "\n")
+        except FileExistsError:
+            raise PrmeError(f"{output} exists: a head is never overwritten; choose another file") from None
+        except OSError as exc:
+            raise PrmeError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if args.json:
+        _print_json(document)
+    else:
+        console.print(
+            f"journal head of {escape(args.user)}: {head.records} record(s) in {len(head.chains)} chain(s), "
+            f"digest {head.digest}"
+        )
+        console.print(f"written to {escape(str(output))}" if output else "pass --output FILE to keep it")
+    return EXIT_OK
+
+
+def _read_head(path: str) -> JournalHead:
+    from .journal import JournalHead
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PrmeError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PrmeError(f"{path}: not a journal head (not UTF-8 text)") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise PrmeError(f"{path}: not a journal head (not JSON: {exc})") from None
+    try:
+        return JournalHead.from_document(document)
+    except ValueError as exc:
+        raise PrmeError(f"{path}: {exc}") from None
+
+
+def cmd_journal_verify(args: argparse.Namespace, console: Console) -> int:
+    head = _read_head(args.against) if args.against else None
+    if head is not None and head.user_id != args.user:
+        raise PrmeError(f"{args.against} anchors the journal of {head.user_id}, not of {args.user}")
+    with _journal_client(args) as memory:
+        records, findings = _journal_findings(memory, args.user, head)
+    chains = len({r.node_id for r in records})
+    if args.json:
+        against = None if head is None else {"file": args.against, "digest": head.digest, "records": head.records}
+        _print_json(
+            {
+                "user_id": args.user,
+                "records": len(records),
+                "chains": chains,
+                "verifies": not findings,
+                "against": against,
+                "problems": _findings_json(findings),
+            }
+        )
+    elif findings:
+        _print_findings(console, f"journal of {escape(args.user)}", findings)
+        console.print(f"{len(findings)} problem(s)")
+    else:
+        console.print(f"the journal of {escape(args.user)} verifies: {len(records)} record(s) in {chains} chain(s)")
+        if head is not None:
+            console.print(
+                f"it holds every record the head {escape(args.against)} anchored "
+                f"({head.records} record(s), digest {head.digest})"
+            )
+    return EXIT_FAILURE if findings else EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -664,6 +935,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests of one owner at once, else 429 (default: half of --pool-size)",
     )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port (default: off)"
+    )
+    serve.add_argument("--metrics-host", default="127.0.0.1", help="bind address of --metrics-port (default 127.0.0.1)")
 
     token = add("token", "Create or revoke HTTP bearer tokens.", lambda a, c: _usage(token))
     token_sub = token.add_subparsers(dest="token_command", metavar="ACTION")
@@ -771,6 +1046,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="seconds after which a learning record left in processing is reclaimed (default 600)",
     )
+    sync.add_argument(
+        "--metrics-textfile",
+        default=None,
+        metavar="PATH",
+        help="write the queue depths there for node_exporter's textfile collector (a .prom file)",
+    )
+    sync.add_argument("--metrics-interval", type=float, default=15.0, help="seconds between writes (default 15)")
 
     queue = add("queue", "Show the learning queue and the outbox of a memory pack.", lambda a, c: _usage(queue))
     queue_sub = queue.add_subparsers(dest="queue_command", metavar="ACTION")
@@ -785,6 +1067,64 @@ def build_parser() -> argparse.ArgumentParser:
     curate.add_argument("--user", required=True, help="the owner (user_id)")
     curate.add_argument(
         "--select", default=None, help="comma-separated op ids to apply (e.g. op_001,op_003); omit to show the patch"
+    )
+
+    mcp = add("mcp", "Serve memory to agents over the Model Context Protocol (needs the mcp extra).", cmd_mcp)
+    mcp.add_argument("--dsn", default=None, help="PostgreSQL URL (default: $PRME_DSN, then $DATABASE_URL)")
+    mcp.add_argument("--pack", default=None, help="memory pack folder (instead of --dsn)")
+    mcp.add_argument("--user", default=None, help="the owner the server acts for (HTTP: default the token's owner)")
+    mcp.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="stdio (default) or http")
+    mcp.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    mcp.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    mcp.add_argument("--pool-size", type=int, default=4, help="database connections (default 4)")
+    mcp.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+
+    schedule = add(
+        "schedule",
+        "Print (or with --apply install) pg_cron jobs for the executor and nightly auto maintenance.",
+        cmd_schedule,
+    )
+    add_dsn(schedule)
+    schedule.add_argument("--apply", action="store_true", help="install the jobs through pg_cron on --dsn's server")
+    schedule.add_argument("--remove", action="store_true", help="remove the jobs instead")
+    schedule.add_argument(
+        "--user", dest="users", action="append", default=[], help="an owner for nightly maintenance (repeatable)"
+    )
+    schedule.add_argument("--database", default=None, help="the database prme lives in (default: --dsn's)")
+    schedule.add_argument("--cron-dsn", default=None, help="pg_cron's database (default: cron.database_name)")
+    schedule.add_argument("--run-as", default=None, help="the role the jobs run as (default: the installing role)")
+    schedule.add_argument(
+        "--executor-schedule", default="* * * * *", help="cron expression (default every minute, UTC)"
+    )
+    schedule.add_argument("--batch", type=int, default=1000, help="operations per executor run (1..1000)")
+    schedule.add_argument(
+        "--maintenance-schedule", default="17 3 * * *", help="cron expression (default 03:17 UTC daily)"
+    )
+    schedule.add_argument("--maintenance-job", default="prme-maintenance", help="job name of this owner set")
+    journal = add("journal", "Verify a journal, or anchor its head outside the database.", lambda a, c: _usage(journal))
+    journal_sub = journal.add_subparsers(dest="journal_command", metavar="ACTION")
+    journal_actions = {
+        "head": (
+            "verify the journal, then write its head (record count, each chain's newest checksum)",
+            cmd_journal_head,
+        ),
+        "verify": ("check the journal (engine and independent); with --against, against a head", cmd_journal_verify),
+    }
+    for action, (help_text, handler) in journal_actions.items():
+        command = journal_sub.add_parser(action, help=help_text, description=help_text)
+        command.set_defaults(handler=handler)
+        where = command.add_mutually_exclusive_group()
+        where.add_argument(
+            "--dsn", default=_default_dsn(), help="PostgreSQL URL (default: $PRME_DSN, then $DATABASE_URL)"
+        )
+        where.add_argument("--pack", default=None, help="a memory pack folder instead of a database")
+        command.add_argument("--user", required=True, help="the owner (user_id)")
+        command.add_argument("--json", action="store_true", help="print one JSON document")
+    journal_sub.choices["head"].add_argument(
+        "--output", default=None, metavar="FILE", help="write the head to FILE (never overwritten)"
+    )
+    journal_sub.choices["verify"].add_argument(
+        "--against", default=None, metavar="FILE", help="a head written by prme-pg journal head"
     )
     return parser
 

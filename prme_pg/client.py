@@ -593,7 +593,8 @@ class MemoryClient:
         By default the engine checks itself (``prme.verify_journal``). With
         ``independent=True`` the records are read and checked by Python's own verifier
         (:func:`prme_pg.journal.verify_records`: sha256, RFC 8785 form, chain,
-        continuity, heads); on PostgreSQL that needs SELECT on the tables.
+        continuity, heads, records without their node), read through
+        ``prme.journal_records``.
         """
         if independent:
             records, heads = self.journal_records(user_id=user_id)

@@ -17,22 +17,45 @@ Problems reported (one :class:`~prme_pg.models.JournalIssue` each), named as
 ``version_gap``        node versions do not run 1, 2, 3, ...
 ``chain_break``        a version 2 record's ``prev_checksum`` is not the previous checksum
 ``head_mismatch``      the node does not point at its newest record (heads given only)
+``node_missing``       records whose node row is gone (heads given only)
+
+What the database can check ends where a node row and its whole chain are deleted
+together, or a chain and its node row are rewritten consistently: nothing inside is left
+to disagree. :class:`JournalHead` anchors a journal outside: its record count and every
+chain's newest checksum (which pins the whole chain, each record naming the previous
+one's checksum), sealed by a digest. :func:`verify_against` later checks that the journal
+still holds every anchored record unchanged (``anchor_missing``, ``anchor_mismatch``).
+See docs/JOURNAL.md.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
-from itertools import groupby
-from typing import Any
+from itertools import groupby, pairwise
+from typing import Any, TypeGuard
+from uuid import UUID
 
 import rfc8785
 
 from .models import JournalIssue, JournalRecord, NodeHead
 
-__all__ = ["canonical_json", "checksum", "is_canonical", "parse_record", "verify_records"]
+__all__ = [
+    "HEAD_FORMAT",
+    "JournalHead",
+    "canonical_json",
+    "checksum",
+    "is_canonical",
+    "journal_head",
+    "parse_record",
+    "verify_against",
+    "verify_records",
+]
 
 
 def checksum(record: str) -> str:
@@ -137,18 +160,23 @@ def verify_records(records: Iterable[JournalRecord], heads: Iterable[NodeHead] |
     """Check journal records of one owner; an empty list means they verify.
 
     Records may come in any order: they are checked per node in version order. With
-    ``heads`` (each node's version and the checksum it points at), a chain whose newest
-    record is not the one its node points at is reported too: that catches a deleted
-    newest record, which no later link would reveal.
+    ``heads`` (each node's version and the checksum it points at, one per node row), a
+    chain whose newest record is not the one its node points at is reported too: that
+    catches a deleted newest record, which no later link would reveal; and so is a chain
+    with no node row (a deleted node).
     """
     ordered = sorted(records, key=lambda r: (r.node_id, r.node_version))
     issues: list[JournalIssue] = []
     newest: dict[Any, JournalRecord] = {}
+    counts: dict[Any, int] = {}
     for node_id, group in groupby(ordered, key=lambda r: r.node_id):
         node_records = list(group)
-        newest[node_id] = node_records[-1]
+        newest[node_id], counts[node_id] = node_records[-1], len(node_records)
         issues.extend(_verify_chain(node_records))
-    for head in sorted(heads or (), key=lambda h: h.node_id):
+    if heads is None:
+        return issues
+    nodes = sorted(heads, key=lambda h: h.node_id)
+    for head in nodes:
         last = newest.get(head.node_id)
         if last is None or last.checksum != head.last_checksum or last.node_version != head.version:
             issues.append(
@@ -157,6 +185,138 @@ def verify_records(records: Iterable[JournalRecord], heads: Iterable[NodeHead] |
                     head.version,
                     "head_mismatch",
                     f"node points at {head.last_checksum}, newest record is {last.checksum if last else 'missing'}",
+                )
+            )
+    present = {head.node_id for head in nodes}
+    for node_id, last in newest.items():  # in node order, as the records were grouped
+        if node_id not in present:
+            detail = f"no node row for its {counts[node_id]} journal record(s)"
+            issues.append(JournalIssue(node_id, last.node_version, "node_missing", detail))
+    return issues
+
+
+# -- anchoring a journal outside the database ------------------------------------------
+
+#: The ``format`` of a head document (and of the text its digest is taken over).
+HEAD_FORMAT = "prme-journal-head/1"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class JournalHead:
+    """What one owner's journal held when it was anchored.
+
+    ``chains`` has one :class:`~prme_pg.models.NodeHead` per chain (node id, newest
+    version and its checksum), in node id order. ``digest`` is the sha256 of the RFC 8785
+    text of ``{"chains", "format", "records", "user_id"}``: short enough to keep somewhere
+    else as well (a ticket, a log line), and equal for two heads of an unchanged journal.
+    ``taken_at`` is informative and outside the digest.
+    """
+
+    user_id: str
+    records: int
+    chains: tuple[NodeHead, ...]
+    taken_at: datetime
+
+    def _sealed(self) -> dict[str, Any]:
+        return {
+            "format": HEAD_FORMAT,
+            "user_id": self.user_id,
+            "records": self.records,
+            "chains": [[str(c.node_id), c.version, c.last_checksum] for c in self.chains],
+        }
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(rfc8785.dumps(self._sealed())).hexdigest()
+
+    def to_document(self) -> dict[str, Any]:
+        """The head as a JSON-ready document (what ``prme-pg journal head`` writes)."""
+        when = self.taken_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return {**self._sealed(), "digest": self.digest, "taken_at": when}
+
+    @classmethod
+    def from_document(cls, document: object) -> JournalHead:
+        """A head read back from :meth:`to_document`'s form; ValueError, saying what is wrong,
+        for anything else, including a document whose digest does not match its contents."""
+        if not isinstance(document, Mapping) or document.get("format") != HEAD_FORMAT:
+            raise ValueError(f"not a journal head (a JSON object with format {HEAD_FORMAT!r})")
+        user_id, records, chains = document.get("user_id"), document.get("records"), document.get("chains")
+        if not isinstance(user_id, str) or not _is_count(records) or not isinstance(chains, list):
+            raise ValueError("a journal head needs user_id (text), records (a count) and chains (a list)")
+        heads = tuple(_chain_head(entry) for entry in chains)
+        if any(a.node_id >= b.node_id for a, b in pairwise(heads)):
+            raise ValueError("a journal head lists each chain once, in node id order")
+        try:
+            taken_at = datetime.fromisoformat(str(document.get("taken_at")))
+        except ValueError:
+            raise ValueError("a journal head's taken_at must be an ISO 8601 time") from None
+        head = cls(user_id, records, heads, taken_at)
+        if document.get("digest") != head.digest:
+            raise ValueError("the journal head does not match its digest: it was edited or damaged")
+        return head
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _chain_head(entry: object) -> NodeHead:
+    if isinstance(entry, list) and len(entry) == 3:
+        node_id, version, digest = entry
+        if isinstance(node_id, str) and _is_count(version) and isinstance(digest, str) and _HEX64.fullmatch(digest):
+            try:
+                return NodeHead(UUID(node_id), version, digest)
+            except ValueError:
+                pass
+    raise ValueError(f"a journal head's chain must be [node_id, version, sha256], got {json.dumps(entry)[:200]}")
+
+
+def journal_head(user_id: str, records: Iterable[JournalRecord], taken_at: datetime | None = None) -> JournalHead:
+    """The head of one owner's journal: the number of records and each chain's newest one.
+
+    Take it from records that verify (:func:`verify_records` returned nothing): a head
+    anchors what was there, it does not vouch for it.
+    """
+    newest: dict[UUID, JournalRecord] = {}
+    count = 0
+    for record in records:
+        count += 1
+        current = newest.get(record.node_id)
+        if current is None or record.node_version > current.node_version:
+            newest[record.node_id] = record
+    chains = tuple(NodeHead(r.node_id, r.node_version, r.checksum) for _, r in sorted(newest.items()))
+    return JournalHead(user_id, count, chains, taken_at or datetime.now(UTC))
+
+
+def verify_against(head: JournalHead, records: Iterable[JournalRecord]) -> list[JournalIssue]:
+    """Check that the journal still holds every record ``head`` anchored, unchanged.
+
+    Each chain's newest record at the time of the head must still be there with the same
+    checksum; with :func:`verify_records` clean (each record naming its predecessor's
+    checksum), that holds the whole chain up to it. New records and new chains since
+    are fine: a journal only grows.
+    """
+    stored = {(r.node_id, r.node_version): r.checksum for r in records}
+    issues: list[JournalIssue] = []
+    for chain in head.chains:
+        found = stored.get((chain.node_id, chain.version))
+        if found is None:
+            issues.append(
+                JournalIssue(
+                    chain.node_id,
+                    chain.version,
+                    "anchor_missing",
+                    f"the record anchored at version {chain.version} ({chain.last_checksum}) is gone",
+                )
+            )
+        elif found != chain.last_checksum:
+            issues.append(
+                JournalIssue(
+                    chain.node_id,
+                    chain.version,
+                    "anchor_mismatch",
+                    f"checksum {found} differs from the anchored {chain.last_checksum}",
                 )
             )
     return issues

@@ -46,7 +46,7 @@ __all__ = [
 INSTALL_HINT = (
     "prme-pg tests need a real PostgreSQL 15+ with pgTAP and plpgsql_check. Either set "
     "PRME_TEST_DSN=postgresql://USER@HOST:PORT/DB (a superuser), or install the server binaries: "
-    "apt-get install postgresql-15 postgresql-15-pgtap postgresql-15-plpgsql-check "
+    "apt-get install postgresql-15 postgresql-15-pgtap postgresql-15-plpgsql-check postgresql-15-cron "
     "(see README.md, 'Running the tests')."
 )
 

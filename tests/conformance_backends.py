@@ -100,6 +100,10 @@ class Engine:
             [node_id, node_version],
         )
 
+    def delete_node(self, node_id: uuid.UUID) -> None:
+        """Delete a node row and nothing else (its journal stays), past the foreign keys."""
+        self._sql("DELETE FROM prme.nodes WHERE id = %s", "DELETE FROM prme.nodes WHERE id = ?", [node_id])
+
     def key_committed(self, user_id: str, request_id: uuid.UUID) -> bool:
         rows = self._sql(
             "SELECT 1 FROM prme.request_keys WHERE user_id = %s AND request_id = %s",

@@ -36,6 +36,7 @@ from prme_pg import (
 )
 from prme_pg.backends.duckdb import PACK_FILE, DuckDBBackend
 from prme_pg.journal import canonical_json, checksum, is_canonical, verify_records
+from prme_pg.models import JournalIssue
 
 from .conformance_backends import Engine, SteppingClock, counting_ids, engine_fixture, memory_fixture  # noqa: F401
 
@@ -661,6 +662,21 @@ def test_verify_reports_a_deleted_newest_record(engine: Engine, memory: MemoryCl
     assert _problems(memory.verify_journal(user_id=ALICE, independent=True)) == expected
     replay = memory.replay_node(node.id, user_id=ALICE)
     assert (replay.matches, replay.records, replay.problem) == (False, 1, "stored row differs from replay")
+
+
+def test_verify_reports_a_deleted_node(engine: Engine, memory: MemoryClient) -> None:
+    """A node row deleted with its journal left behind: the chain still verifies, so the
+    missing row is the one thing to report; the export keeps the records, without a head."""
+    kept, gone = fresh(memory), fresh(memory)
+    memory.reinforce(gone.id, user_id=ALICE)
+    engine.delete_node(gone.id)
+    expected = [JournalIssue(gone.id, 2, "node_missing", "no node row for its 2 journal record(s)")]
+    assert memory.verify_journal(user_id=ALICE) == expected
+    assert memory.verify_journal(user_id=ALICE, independent=True) == expected
+    records, heads = memory.journal_records(user_id=ALICE)
+    assert sorted((r.node_id == gone.id, r.node_version) for r in records) == [(False, 1), (True, 1), (True, 2)]
+    assert [head.node_id for head in heads] == [kept.id]
+    assert verify_records(records) == [], "without heads, the records alone verify"
 
 
 def test_verify_reports_garbage_and_a_broken_chain(engine: Engine, memory: MemoryClient) -> None:

@@ -7,9 +7,11 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from prme_pg import cli, migrations, testing
 from prme_pg.errors import MigrationError
@@ -207,3 +209,92 @@ def test_migrations_and_sql_directory_build_the_same_catalog(pg_server: testing.
     for part in from_sql:
         assert from_migrations[part] == from_sql[part], f"catalog part {part!r} differs"
     assert from_sql["functions"], "snapshot must not be empty"
+
+
+# -- 0011_hostile_callers: the upgrade from the release before it loses nothing ----------
+
+FILL_BEFORE = """
+SELECT prme.add_event('alice', 'alice said so', event_id => 'eeeeeeee-0000-4000-8000-000000000001');
+SELECT prme.add_node('alice', 'alice prefers green tea over coffee', node_id => 'aaaaaaaa-0000-4000-8000-000000000001');
+SELECT prme.add_node('alice', 'alice lives in Lyon', node_id => 'aaaaaaaa-0000-4000-8000-000000000002');
+SELECT prme.add_node('bob', 'bob runs on Sundays', node_id => 'bbbbbbbb-0000-4000-8000-000000000001');
+SELECT prme.reinforce('aaaaaaaa-0000-4000-8000-000000000001', 'alice', 'eeeeeeee-0000-4000-8000-000000000001',
+                      'cccccccc-0000-4000-8000-000000000001');
+SELECT prme.record_outcome('alice', 'aaaaaaaa-0000-4000-8000-000000000002', 'implicit_success');
+SELECT prme.link_correction('alice', 'no, I prefer black tea over coffee',
+                            ARRAY['aaaaaaaa-0000-4000-8000-000000000001']::uuid[]);
+SELECT prme.link_correction('alice', 'actually something else', '{}');
+SELECT prme.archive_node('alice', 'aaaaaaaa-0000-4000-8000-000000000002');
+SELECT prme.maintenance_patch('alice');
+SELECT prme.publish_snapshot('alice', 'personal');
+SELECT prme.create_api_token('alice', repeat('a', 64), 'laptop');
+SELECT prme.set_maintenance_setting('alice', 'low', '3 days', 0.02);
+"""
+
+
+def _rows(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
+    """Every row of every prme table (but the migration log) as text, sorted."""
+    tables = conn.execute(
+        "SELECT relname FROM pg_class WHERE relnamespace = 'prme'::regnamespace AND relkind IN ('r', 'p')"
+        " AND relname <> 'schema_migrations' ORDER BY 1"
+    ).fetchall()
+    query = sql.SQL("SELECT t::text FROM {} AS t ORDER BY 1")
+    return {t: [r[0] for r in conn.execute(query.format(sql.Identifier("prme", t)))] for (t,) in tables}
+
+
+def _reader_sees(conn: psycopg.Connection[Any], role: str, setting: str = "") -> dict[str, int]:
+    with conn.transaction(force_rollback=True):
+        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
+        conn.execute("SELECT set_config('prme.user_id', %s, true)", [setting])
+        return dict(conn.execute("SELECT user_id, count(*) FROM prme.nodes GROUP BY 1").fetchall())
+
+
+def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -> None:
+    """A database filled through the release before 0011 upgrades with every row kept as it
+    was, its journals clean, its keys still replaying, and readers bound from then on."""
+    every = migrations.load_migrations()
+    target = next(m.version for m in every if m.name == "hostile_callers")
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            migrations.migrate(conn, [m for m in every if m.version < target])
+            conn.execute(FILL_BEFORE.encode())
+            conn.execute(
+                "SELECT prme.submit_operation('alice', 'dddddddd-0000-4000-8000-000000000001', 2, 'add_event', '{}',"
+                ' prme.payload_hash(\'{"content": "queued"}\'), \'{"content": "queued"}\')'
+            )
+            conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+            report = "SELECT r::text FROM prme.maintenance_report('alice', '2030-01-01') AS r ORDER BY 1"
+            before, before_report = _rows(conn), conn.execute(report).fetchall()
+            filled = ("nodes", "journal", "outcomes", "correction_inbox", "maintenance_patches", "snapshot_heads")
+            assert all(before[table] for table in (*filled, "operations", "api_tokens")), "not vacuous"
+            assert _reader_sees(conn, "prme_reader", "bob") == {"bob": 1}, "the hole 0011 closes"
+
+            assert [m.version for m in migrations.migrate(conn, every)] == [
+                m.version for m in every if m.version >= target
+            ]
+            after = _rows(conn)
+            assert after.pop("reader_bindings") == []
+            assert after == before
+            assert conn.execute(report).fetchall() == before_report
+            for owner in ("alice", "bob"):
+                assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+            replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
+            assert {row[0] for row in conn.execute(replay)} == {True}
+            key = conn.execute(
+                "SELECT replayed FROM prme.reinforce('aaaaaaaa-0000-4000-8000-000000000001', 'alice',"
+                " 'eeeeeeee-0000-4000-8000-000000000001', 'cccccccc-0000-4000-8000-000000000001')"
+            ).fetchone()
+            assert key == (True,), "a key stored before the upgrade still replays"
+            assert _rows(conn) == before | {"reader_bindings": []}, "and the replay wrote nothing"
+
+            assert _reader_sees(conn, "prme_reader", "bob") == {}
+            assert _reader_sees(conn, "prme_auditor") == {"alice": 2, "bob": 1}
+            with conn.transaction(force_rollback=True):
+                conn.execute("CREATE ROLE prme_t_upgrade_reader IN ROLE prme_reader")
+                conn.execute(
+                    "INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('alice', 'prme_t_upgrade_reader')"
+                )
+                assert _reader_sees(conn, "prme_t_upgrade_reader", "bob") == {"alice": 2}
+    finally:
+        testing.drop_database(pg_server, name)

@@ -166,7 +166,7 @@ def test_upgrading_from_0009_keeps_everything_and_reads_old_memories(pg_server: 
         dump = " UNION ALL ".join(f"SELECT '{t}', to_jsonb(t)::text FROM prme.{t} AS t" for t in tables)
         with psycopg.connect(dsn, autocommit=True) as conn:
             before = sorted(conn.execute(dump.encode()).fetchall())
-            assert [m.version for m in migrations.migrate(conn, every)] == [10]
+            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= 10])] == [10]
             assert sorted(conn.execute(dump.encode()).fetchall()) == before
         with MemoryClient(dsn) as memory:
             records, head = memory.node_journal(node.id, user_id=ALICE)

@@ -227,7 +227,8 @@ def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[Jour
     into records and one head per node.
 
     Each row is ``(node id, node version, last_checksum, journal columns...)``; a
-    node without records has NULL journal columns.
+    node without records has NULL journal columns, a record whose node row is gone
+    NULL node columns (no head: the verifier reports it as ``node_missing``).
     """
     records: list[JournalRecord] = []
     heads: dict[UUID, NodeHead] = {}
@@ -245,7 +246,8 @@ def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[Jour
         checksum,
         prev_checksum,
     ) in rows:
-        heads.setdefault(node_id, NodeHead(node_id, version, last_checksum))
+        if version is not None:
+            heads.setdefault(node_id, NodeHead(node_id, version, last_checksum))
         if node_version is not None:
             records.append(
                 JournalRecord(

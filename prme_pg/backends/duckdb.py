@@ -287,11 +287,18 @@ REPLAY_NODE = (
     "FROM prme.replay_node($user_id, $node_id)"
 )
 
+# As prme.journal_records: every node with its records, then records whose node row is gone.
 JOURNAL_RECORDS = (
     "SELECT n.id, n.version, n.last_checksum, j.node_version, j.record_version, j.op, j.operation_id, "
     "j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum "
     "FROM prme.nodes AS n LEFT JOIN prme.journal AS j ON j.user_id = n.user_id AND j.node_id = n.id "
-    "WHERE n.user_id = $user_id ORDER BY n.id, j.node_version"
+    "WHERE n.user_id = $user_id "
+    "UNION ALL "
+    "SELECT j.node_id, NULL, NULL, j.node_version, j.record_version, j.op, j.operation_id, "
+    "j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum "
+    "FROM prme.journal AS j WHERE j.user_id = $user_id "
+    "AND NOT EXISTS (SELECT 1 FROM prme.nodes AS n WHERE n.user_id = j.user_id AND n.id = j.node_id) "
+    "ORDER BY 1, 4"
 )
 
 # prme.node_journal: one node's oldest $max_count records with its head.

@@ -171,9 +171,9 @@ REPLAY_NODE: LiteralString = (
     "SELECT records, matches, problem, stored::text AS stored, replayed::text AS replayed "
     "FROM prme.replay_node(user_id => %(user_id)s, node_id => %(node_id)s)"
 )
-# The independent verifier reads the journal itself, so it needs SELECT on the tables
-# (the owner, or prme_reader with SET prme.user_id); prme_app has no table access.
-# Nodes without records still appear (journal columns NULL): their head is checked too.
+# The independent verifier reads the raw journal through this API function (prme_app has
+# no table access). Nodes without records still appear (journal columns NULL): their head
+# is checked too; records whose node row is gone appear with NULL node columns.
 JOURNAL_RECORDS: LiteralString = (
     "SELECT node_id, version, last_checksum, node_version, record_version, op, operation_id, "
     "request_id, evidence_id, record, checksum, prev_checksum FROM prme.journal_records(user_id => %(user_id)s)"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI
 
@@ -27,6 +28,9 @@ from . import console, ledger, maintenance, nodes, ops, recall, review
 from .gate import OwnerGate
 from .limits import Limits, uvicorn_options
 from .problems import EXCEPTION_HANDLERS, problem_responses
+
+if TYPE_CHECKING:
+    from ..metrics import ServiceMetrics
 
 __all__ = ["ROUTERS", "Limits", "create_app", "uvicorn_options"]
 
@@ -42,11 +46,16 @@ ROUTERS: tuple[APIRouter, ...] = (
 )
 
 
-def create_app(client: AsyncMemoryClient, *, limits: Limits | None = None) -> FastAPI:
+def create_app(
+    client: AsyncMemoryClient, *, limits: Limits | None = None, metrics: ServiceMetrics | None = None
+) -> FastAPI:
     """The ASGI app over an (unopened) client; the app opens and closes it.
 
     ``limits`` bound what one request and one owner may cost (:mod:`.limits`; the header
-    limit is the server's: serve the app with ``uvicorn_options(limits)``)."""
+    limit is the server's: serve the app with ``uvicorn_options(limits)``). With
+    ``metrics``, every request is counted and timed into it (:mod:`.metrics`; the
+    ``/metrics`` route is served by :func:`.metrics.metrics_app`, on a bind of its own).
+    """
     limits = limits or Limits()
 
     @asynccontextmanager
@@ -69,4 +78,9 @@ def create_app(client: AsyncMemoryClient, *, limits: Limits | None = None) -> Fa
         # Every route but the public ones (ops, the console's pages) may meet the gate's limits.
         public = router in (ops.router, console.router)
         app.include_router(router, responses={} if public else problem_responses(413, 429))
+    if metrics is not None:
+        from .metrics import MetricsMiddleware  # prometheus-client only when metrics are on
+
+        # Added last, so outermost: it also counts what the owner gate refuses.
+        app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

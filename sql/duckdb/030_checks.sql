@@ -84,6 +84,17 @@ heads AS (
     ) AS h ON h.node_id = n.id
     WHERE n.user_id = p_user_id
       AND (h.checksum IS DISTINCT FROM n.last_checksum OR h.node_version IS DISTINCT FROM n.version)
+),
+
+orphans AS (
+    -- Records whose node row is gone, reported at the newest record.
+    SELECT
+        j.node_id, max(j.node_version) AS node_version, 'node_missing' AS problem,
+        'no node row for its ' || count(*) || ' journal record(s)' AS detail
+    FROM prme.journal AS j
+    WHERE j.user_id = p_user_id
+      AND NOT EXISTS (SELECT 1 FROM prme.nodes AS n WHERE n.user_id = j.user_id AND n.id = j.node_id)
+    GROUP BY j.node_id
 )
 
 SELECT node_id, node_version, problem, detail
@@ -91,6 +102,8 @@ FROM (
     SELECT node_id, node_version, problem, detail, 0 AS section, rank FROM problems
     UNION ALL
     SELECT node_id, node_version, problem, detail, 1, 0 FROM heads
+    UNION ALL
+    SELECT node_id, node_version, problem, detail, 2, 0 FROM orphans
 )
 ORDER BY section, node_id, node_version, rank;
 

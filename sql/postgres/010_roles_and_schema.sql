@@ -1,10 +1,12 @@
 -- =============================================================================
 -- prme-pg: roles and schema
 --
--- Three cluster-wide roles, created only when missing (roles outlive databases):
---   prme_owner   owns every prme object; NOLOGIN.
---   prme_app     USAGE on the schema, EXECUTE on API functions; no table access.
---   prme_reader  SELECT through row-level security, one owner at a time.
+-- Four cluster-wide roles, created only when missing (roles outlive databases):
+--   prme_owner    owns every prme object; NOLOGIN.
+--   prme_app      USAGE on the schema, EXECUTE on API functions; no table access.
+--   prme_reader   SELECT through row-level security: the owners bound to the role
+--                 in prme.reader_bindings (135_security.sql).
+--   prme_auditor  SELECT on the same tables, every owner's rows.
 -- Everything after this file is created as prme_owner (SET LOCAL ROLE), so the
 -- SECURITY DEFINER functions run with exactly the owner's rights.
 -- =============================================================================
@@ -17,7 +19,7 @@ BEGIN
         RAISE EXCEPTION 'prme-pg needs a UTF8 database, this one is %', pg_catalog.getdatabaseencoding()
             USING HINT = 'CREATE DATABASE ... ENCODING ''UTF8'' TEMPLATE template0';
     END IF;
-    FOREACH v_role IN ARRAY ARRAY['prme_owner', 'prme_app', 'prme_reader'] LOOP
+    FOREACH v_role IN ARRAY ARRAY['prme_owner', 'prme_app', 'prme_reader', 'prme_auditor'] LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
             BEGIN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
@@ -33,7 +35,7 @@ CREATE SCHEMA prme AUTHORIZATION prme_owner;
 COMMENT ON SCHEMA prme IS 'prme-pg: a memory engine for AI agents. API functions are granted to prme_app.';
 
 REVOKE ALL ON SCHEMA prme FROM public;
-GRANT USAGE ON SCHEMA prme TO prme_app, prme_reader;
+GRANT USAGE ON SCHEMA prme TO prme_app, prme_reader, prme_auditor;
 
 SET LOCAL ROLE prme_owner;
 

@@ -4,6 +4,10 @@
 -- Each helper returns its argument unchanged or raises PR422, so API functions
 -- validate with a plain assignment (`v_x := prme._valid_x(x)`), which PL/pgSQL
 -- evaluates on its fast path without running a query.
+--
+-- Every literal with a backslash, here and in every module, is an E'...' literal
+-- with the backslashes doubled: PL/pgSQL parses a body in the caller's session, and
+-- only an E'' literal means the same under standard_conforming_strings = off.
 -- =============================================================================
 
 CREATE FUNCTION prme._valid_user_id(user_id text)
@@ -18,7 +22,7 @@ BEGIN
     IF user_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'user_id must not be null';
     END IF;
-    IF length(user_id) NOT BETWEEN 1 AND 256 OR user_id ~ '[\x01-\x1f\x7f-\x9f]' OR user_id <> btrim(user_id) THEN
+    IF length(user_id) NOT BETWEEN 1 AND 256 OR user_id ~ E'[\\x01-\\x1f\\x7f-\\x9f]' OR user_id <> btrim(user_id) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422',
             MESSAGE = 'user_id must be 1 to 256 characters without control characters or surrounding spaces';

@@ -249,10 +249,21 @@ BEGIN
     ) AS h ON TRUE
     WHERE n.user_id = v_user_id
       AND (h.checksum IS DISTINCT FROM n.last_checksum OR h.node_version IS DISTINCT FROM n.version);
+
+    -- Records whose node row is gone: their chain may still verify, so only the
+    -- missing row shows that a node was deleted. Reported at the newest record.
+    RETURN QUERY
+    SELECT j.node_id, max(j.node_version), 'node_missing'::text,
+        format('no node row for its %s journal record(s)', count(*))
+    FROM prme.journal AS j
+    WHERE j.user_id = v_user_id
+      AND NOT EXISTS (SELECT FROM prme.nodes AS n WHERE n.user_id = j.user_id AND n.id = j.node_id)
+    GROUP BY j.node_id
+    ORDER BY j.node_id;
 END;
 $$;
 
 COMMENT ON FUNCTION prme.verify_journal(text) IS
 'Checks every journal record of one owner: checksum over the stored text, columns against the record, '
-'version sequence, hash chain (v2), before/after continuity, and that each node points at its newest record. '
-'Returns one row per problem; no rows means the journal verifies.';
+'version sequence, hash chain (v2), before/after continuity, that each node points at its newest record, and '
+'that every chain has its node. Returns one row per problem; no rows means the journal verifies.';

@@ -48,7 +48,7 @@ DECLARE
     v_created_at timestamptz;
 BEGIN
     IF create_api_token.label IS NULL OR length(create_api_token.label) > 200
-       OR create_api_token.label ~ '[\x01-\x1f\x7f-\x9f]' THEN
+       OR create_api_token.label ~ E'[\\x01-\\x1f\\x7f-\\x9f]' THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'label must be at most 200 characters, no control characters';
     END IF;
     INSERT INTO prme.api_tokens (user_id, token_sha256, label)

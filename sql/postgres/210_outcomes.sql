@@ -157,7 +157,7 @@ AS $$
 BEGIN
     -- An explicit control-character set (C0, DEL, C1): [[:cntrl:]] depends on the locale.
     IF value IS NOT NULL
-       AND (length(value) NOT BETWEEN 1 AND 256 OR value ~ '[\x01-\x1f\x7f-\x9f]' OR value <> btrim(value)) THEN
+       AND (length(value) NOT BETWEEN 1 AND 256 OR value ~ E'[\\x01-\\x1f\\x7f-\\x9f]' OR value <> btrim(value)) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422',
             MESSAGE = format('%s must be 1 to 256 characters without control characters or surrounding spaces',

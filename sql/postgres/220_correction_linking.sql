@@ -99,33 +99,42 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    -- Typographic apostrophes as ASCII, runs of blanks as one space, lower case.
-    v_text text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), '\s+', ' ', 'g'));
+    v_text text;
     -- The start of the message, or of a sentence or clause within it.
-    v_start constant text := '(^|[.!?;:,] ?)\s*';
+    v_start constant text := E'(^|[.!?;:,] ?)\\s*';
 BEGIN
+    -- Bounded like every message: the regular expressions below read it seven times.
+    IF octet_length(message) > 65536 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'message must be at most 65536 bytes',
+            DETAIL = format('got %s bytes', octet_length(message));
+    END IF;
+    -- Typographic apostrophes as ASCII, runs of blanks as one space, lower case.
+    v_text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), E'\\s+', ' ', 'g'));
     RETURN
         -- "don't …", "do not …", "never …", "always …", "stop …", optionally after "please"
-        v_text ~ (v_start || '(please )?(don''?t|do not|never|always|stop|quit)\M')
+        v_text ~ (v_start || E'(please )?(don''?t|do not|never|always|stop|quit)\\M')
         -- "no, …", "nope. …", "no - …"
         OR v_text ~ (v_start || '(no|nope|nah)([,.!:;]| -)')
         -- "actually …" opening a sentence
-        OR v_text ~ (v_start || '(well,? )?actually\M')
+        OR v_text ~ (v_start || E'(well,? )?actually\\M')
         -- "prefer X over Y", "prefer X instead of Y", "prefer X rather than Y"
-        OR v_text ~ '\mprefers? \S.*\m(over|instead of|rather than)\M'
+        OR v_text ~ E'\\mprefers? \\S.*\\m(over|instead of|rather than)\\M'
         -- "you should never …", "I always …", "we never …"
-        OR v_text ~ '\m(you|i|we)( should| must| will)? (never|always)\M'
+        OR v_text ~ E'\\m(you|i|we)( should| must| will)? (never|always)\\M'
         -- "that's wrong", "that is not right", "this is incorrect"
-        OR v_text ~ '\m(that|this|it)(''s| is| was) (wrong|incorrect|not (right|true|correct))\M'
+        OR v_text ~ E'\\m(that|this|it)(''s| is| was) (wrong|incorrect|not (right|true|correct))\\M'
         -- "I said …", "I told you …" opening a sentence
-        OR v_text ~ (v_start || 'i (already )?(said|told you)\M');
+        OR v_text ~ (v_start || E'i (already )?(said|told you)\\M');
 END;
 $$;
 
 COMMENT ON FUNCTION prme.is_correction(text) IS
 'True when a message uses explicit correction phrasing: "don''t …", "do not …", "no, …", "actually …", '
 '"stop …", "prefer X over Y", "never …"/"always …" (opening a sentence, or after you/I/we), "that''s wrong", '
-'"I told you …". A heuristic for routing messages to link_correction; it reads nothing.';
+'"I told you …". A heuristic for routing messages to link_correction; it reads nothing. PR422 for a message over '
+'64 KiB.';
 
 CREATE FUNCTION prme.link_correction(
     user_id text,
@@ -144,6 +153,8 @@ DECLARE
     v_message text := prme._valid_content(link_correction.message);
     v_thread_id text := prme._valid_ref('thread_id', link_correction.thread_id);
     v_tokens text[];
+    v_token_set jsonb;
+    v_candidate_bytes bigint;
     v_matched uuid[];
     v_node prme.nodes;
     v_outcome prme.outcomes;
@@ -155,10 +166,26 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422', MESSAGE = 'candidate_node_ids must be an array of at most 1000 non-null ids';
     END IF;
+    -- The work is tokenising the candidates: at most 1 MiB of their content per call
+    -- (only the owner's active candidates count; others are ignored, as below).
+    SELECT coalesce(sum(octet_length(n.content)), 0) INTO v_candidate_bytes
+    FROM prme.nodes AS n
+    WHERE n.user_id = v_user_id
+      AND n.id = ANY(link_correction.candidate_node_ids)
+      AND n.lifecycle_state = 'active';
+    IF v_candidate_bytes > 1048576 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'the candidates'' content must be at most 1 MiB in all: pass fewer candidates',
+            DETAIL = format('got %s bytes', v_candidate_bytes);
+    END IF;
     v_tokens := prme._correction_tokens(v_message);
+    -- The message's tokens as jsonb keys: each candidate token is one binary search.
+    v_token_set := (SELECT jsonb_object_agg(t.token, TRUE) FROM unnest(v_tokens) AS t (token));
 
     -- Overlap of the message with every active candidate of this owner; the match
-    -- test is exact integer arithmetic: 100 * shared >= 45 * smaller.
+    -- test is exact integer arithmetic: 100 * shared >= 45 * smaller. OFFSET 0 keeps
+    -- each level apart, so a candidate is tokenised once, not once per use.
     SELECT
         coalesce(array_agg(c.id ORDER BY c.shared::numeric / c.smaller DESC, c.id), '{}'),
         coalesce(jsonb_agg(
@@ -169,13 +196,14 @@ BEGIN
     FROM (
         SELECT
             n.id,
-            (SELECT count(*) FROM unnest(t.tokens) AS x (token) WHERE x.token = ANY(v_tokens)) AS shared,
+            (SELECT count(*) FROM unnest(t.tokens) AS x (token) WHERE v_token_set ? x.token) AS shared,
             least(cardinality(t.tokens), cardinality(v_tokens)) AS smaller
         FROM prme.nodes AS n
-        CROSS JOIN LATERAL (SELECT prme._correction_tokens(n.content) AS tokens) AS t
+        CROSS JOIN LATERAL (SELECT prme._correction_tokens(n.content) AS tokens OFFSET 0) AS t
         WHERE n.user_id = v_user_id
           AND n.id = ANY(link_correction.candidate_node_ids)
           AND n.lifecycle_state = 'active'
+        OFFSET 0
     ) AS c
     WHERE c.smaller > 0 AND 100 * c.shared >= 45 * c.smaller;
 
@@ -218,7 +246,8 @@ COMMENT ON FUNCTION prme.link_correction(text, text, uuid[], text) IS
 'Links a correction message of user_id to the one candidate memory it overlaps (token overlap >= 0.45 over '
 'active candidates; see docs/MAINTENANCE.md): status linked with the explicit_correction outcome appended, or '
 'unmatched / ambiguous with the message put in the correction inbox and nothing appended. matches lists the '
-'matching candidates with their overlap. PR422 for an empty message or more than 1000 candidates.';
+'matching candidates with their overlap. PR422 for an empty message, more than 1000 candidates, or active '
+'candidates holding more than 1 MiB of content in all.';
 
 CREATE FUNCTION prme.list_correction_inbox(
     user_id text,

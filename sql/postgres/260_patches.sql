@@ -433,6 +433,7 @@ DECLARE
     v_user_id text := prme._valid_user_id(apply_patch.user_id);
     v_ids text[];
     v_missing text[];
+    v_op_nos integer[];
     v_op prme.patch_ops;
     v_result record;
 BEGIN
@@ -447,6 +448,11 @@ BEGIN
             RAISE EXCEPTION USING
                 ERRCODE = 'PR422', MESSAGE = 'manual mode applies the selected ops: op_ids must list them';
         END IF;
+        IF cardinality(apply_patch.op_ids) > 10000
+           OR (SELECT max(length(x.id)) FROM unnest(apply_patch.op_ids) AS x (id)) > 64 THEN
+            RAISE EXCEPTION USING
+                ERRCODE = 'PR422', MESSAGE = 'op_ids must list at most 10000 op ids of at most 64 characters';
+        END IF;
         v_ids := ARRAY(SELECT DISTINCT x.id FROM unnest(apply_patch.op_ids) AS x (id));
     ELSIF apply_patch.op_ids IS NOT NULL THEN
         RAISE EXCEPTION USING
@@ -457,20 +463,28 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'patch not found';
     END IF;
+    -- The chosen ops by number: a manual selection looks each listed id up (so the
+    -- work grows with the ids given, not with their product with the patch's ops).
     IF apply_patch.mode = 'manual' THEN
-        v_missing := ARRAY(
-            SELECT x.id FROM unnest(v_ids) AS x (id)
-            WHERE NOT EXISTS (
-                SELECT FROM prme.patch_ops AS o
-                WHERE o.user_id = v_user_id AND o.patch_id = apply_patch.patch_id AND o.op_id = x.id
-            )
-            ORDER BY x.id
-        );
-        IF cardinality(v_missing) > 0 THEN
+        SELECT
+            array_agg(x.id ORDER BY x.id) FILTER (WHERE o.op_no IS NULL),
+            array_agg(o.op_no) FILTER (WHERE o.op_no IS NOT NULL)
+        INTO v_missing, v_op_nos
+        FROM unnest(v_ids) AS x (id)
+        LEFT JOIN prme.patch_ops AS o
+            ON o.user_id = v_user_id AND o.patch_id = apply_patch.patch_id AND o.op_id = x.id;
+        IF v_missing IS NOT NULL THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'PR404', MESSAGE = 'operation not found in this patch',
-                DETAIL = format('unknown op_ids: %s', array_to_string(v_missing, ', '));
+                DETAIL = format('unknown op_ids: %s%s', array_to_string(v_missing[1:20], ', '),
+                    CASE WHEN cardinality(v_missing) > 20 THEN format(' and %s more', cardinality(v_missing) - 20) END);
         END IF;
+    ELSE
+        v_op_nos := ARRAY(
+            SELECT o.op_no FROM prme.patch_ops AS o
+            WHERE o.user_id = v_user_id AND o.patch_id = apply_patch.patch_id
+              AND (o.op = 'decay_confidence' OR (o.recommendation = 'increase_stability' AND NOT o.requires_review))
+        );
     END IF;
 
     -- Lock the chosen ops in op order (which is memory order, so concurrent applies
@@ -481,10 +495,7 @@ BEGIN
         FROM prme.patch_ops AS o
         WHERE o.user_id = v_user_id
           AND o.patch_id = apply_patch.patch_id
-          AND CASE
-              WHEN apply_patch.mode = 'manual' THEN o.op_id = ANY(v_ids)
-              ELSE o.op = 'decay_confidence' OR (o.recommendation = 'increase_stability' AND NOT o.requires_review)
-          END
+          AND o.op_no = ANY(v_op_nos)
         ORDER BY o.op_no
         FOR UPDATE
     LOOP
@@ -514,8 +525,8 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme.apply_patch(text, uuid, text[], text) IS
-'Applies ops of a maintenance patch of user_id. manual: exactly the ops listed in op_ids (PR404 if one is not in '
-'the patch); auto (op_ids null): decay ops and stability increases that need no review, never a decrease or '
+'Applies ops of a maintenance patch of user_id. manual: exactly the ops listed in op_ids (at most 10000 ids of at '
+'most 64 characters; PR404 if one is not in the patch); auto (op_ids null): decay ops and stability increases that need no review, never a decrease or '
 'mark_contested. One row per op considered: status applied, already_applied or stale (the memory changed since '
 'the proposal; nothing written). Each op applies at most once, also under concurrent calls.';
 

@@ -64,7 +64,7 @@ BEGIN
     -- backslashes doubled), so no lexeme is parsed or stemmed a second time.
     RETURN array_to_string(
         ARRAY(
-            SELECT '''' || replace(replace(l.lexeme, '\', '\\'), '''', '''''') || ''''
+            SELECT '''' || replace(replace(l.lexeme, E'\\', E'\\\\'), '''', '''''') || ''''
             FROM unnest(lexemes) AS l (lexeme)
         ),
         ' | '
@@ -74,6 +74,30 @@ $$;
 
 COMMENT ON FUNCTION prme._any_lexeme_query(text[]) IS
 'Internal: a tsquery matching any of the given (already normalised) lexemes; NULL for none.';
+
+CREATE FUNCTION prme._query_lexemes(user_id text, query text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lexemes text[] := prme._owner_lexemes(user_id, query);
+BEGIN
+    -- Each matching memory is scored against every lexeme: bound them, so a call's
+    -- work grows with the owner's matches, not with the length of the query.
+    IF cardinality(v_lexemes) > 1024 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'query must have at most 1024 distinct search terms',
+            DETAIL = format('got %s', cardinality(v_lexemes));
+    END IF;
+    RETURN v_lexemes;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._query_lexemes(text, text) IS
+'Internal: the owner-keyed lexemes of a search query (as nodes.search holds them); PR422 for more than 1024.';
 
 CREATE FUNCTION prme.recall(
     user_id text,
@@ -161,7 +185,7 @@ BEGIN
         RETURN;
     END IF;
 
-    v_lexemes := prme._owner_lexemes(v_user_id, recall.query);
+    v_lexemes := prme._query_lexemes(v_user_id, recall.query);
     v_lexeme_count := cardinality(v_lexemes);
     IF v_lexeme_count = 0 THEN
         RETURN;  -- only stop words and punctuation: nothing can match
@@ -213,7 +237,8 @@ COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) IS
 'Full-text recall over the memories of user_id, best first: relevance (share of the query''s lexemes the memory '
 'has) times 0.5 + 0.25 * effective_salience + 0.25 * effective_confidence at as_of (default now; NULL means now), '
 'ties by id. A NULL or blank query ranks every memory by strength alone. scopes (NULL = all) filters; max_count is '
-'1..1000. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
+'1..1000; the query is at most 64 KiB with at most 1024 distinct lexemes. Archived and deprecated memories are '
+'excluded. Nothing is written. See docs/RECALL.md.';
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 GRANT EXECUTE ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) TO prme_app;

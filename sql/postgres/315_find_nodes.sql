@@ -39,26 +39,26 @@ BEGIN
     END IF;
     IF find_nodes.stabilities IS NOT NULL
         AND (
-            cardinality(find_nodes.stabilities) = 0
+            cardinality(find_nodes.stabilities) NOT BETWEEN 1 AND 100
             OR array_ndims(find_nodes.stabilities) <> 1
             OR array_position(find_nodes.stabilities, NULL) IS NOT NULL
             OR NOT find_nodes.stabilities <@ ARRAY['low', 'semi-stable', 'stable']
         ) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422',
-            MESSAGE = 'stabilities must be NULL or a list of low, semi-stable and stable';
+            MESSAGE = 'stabilities must be NULL or a list (of at most 100) of low, semi-stable and stable';
     END IF;
     IF find_nodes.lifecycle_states IS NOT NULL
         AND (
-            cardinality(find_nodes.lifecycle_states) = 0
+            cardinality(find_nodes.lifecycle_states) NOT BETWEEN 1 AND 100
             OR array_ndims(find_nodes.lifecycle_states) <> 1
             OR array_position(find_nodes.lifecycle_states, NULL) IS NOT NULL
             OR NOT find_nodes.lifecycle_states <@ ARRAY['active', 'contested', 'superseded', 'deprecated', 'archived']
         ) THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422',
-            MESSAGE = 'lifecycle_states must be NULL or a list of active, contested, superseded, deprecated '
-            'and archived';
+            MESSAGE = 'lifecycle_states must be NULL or a list (of at most 100) of active, contested, superseded, '
+            'deprecated and archived';
     END IF;
 
     IF find_nodes.query IS NULL OR btrim(find_nodes.query, E' \t\n\r\f\v') = '' THEN
@@ -74,7 +74,7 @@ BEGIN
         RETURN;
     END IF;
 
-    v_lexemes := prme._owner_lexemes(v_user_id, find_nodes.query);
+    v_lexemes := prme._query_lexemes(v_user_id, find_nodes.query);
     IF cardinality(v_lexemes) = 0 THEN
         RETURN;  -- only stop words and punctuation: nothing can match
     END IF;
@@ -97,7 +97,8 @@ $$;
 COMMENT ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer) IS
 'Memories of user_id in any lifecycle state for review: matching any word of query as recall matches (NULL or '
 'blank: all), in the given scopes, stabilities and lifecycle states (NULL: any); most query words first, then '
-'newest change first; max_count 1..1000. Nothing is written.';
+'newest change first; max_count 1..1000; the query at most 64 KiB with 1024 distinct lexemes, each list at most '
+'100 entries. Nothing is written.';
 
 REVOKE ALL ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer) TO prme_app;

@@ -52,7 +52,7 @@ DECLARE
     v_offset integer;
 BEGIN
     -- FIPS 180-4: pad with 0x80, zeros to 56 mod 64, then the bit length (big-endian).
-    v_message := data || '\x80'::bytea
+    v_message := data || E'\\x80'::bytea
         || substr(decode(repeat('00', 64), 'hex'), 1, (119 - (v_length % 64)::integer) % 64)
         || int8send(v_length * 8);
     FOR v_block IN 0 .. octet_length(v_message) / 64 - 1 LOOP
@@ -181,7 +181,7 @@ BEGIN
     -- float8out with extra_float_digits > 0 writes round-trip digits as
     -- D[.DDD][e+-XX]: value = 0.DIGITS * 10^v_point, DIGITS without leading or
     -- trailing zeros.
-    v_parts := regexp_match(v_abs::text, '^([0-9]+)(?:\.([0-9]+))?(?:e([-+][0-9]+))?$');
+    v_parts := regexp_match(v_abs::text, E'^([0-9]+)(?:\\.([0-9]+))?(?:e([-+][0-9]+))?$');
     v_digits := v_parts[1] || coalesce(v_parts[2], '');
     v_point := length(v_parts[1]) + coalesce(v_parts[3]::integer, 0);
     v_trimmed := ltrim(v_digits, '0');
@@ -297,8 +297,8 @@ BEGIN
     -- makes code point order agree with UTF-16 order. prme._jcs calls this only
     -- for keys with a character from U+E000 up; any other key is its own sort key.
     RETURN regexp_replace(
-        replace(key, U&'\+10FFFF', U&'\+10FFFF\0001'),
-        '([\uE000-\uFFFF])', U&'\+10FFFF' || '\1', 'g'
+        replace(key, E'\U0010FFFF', E'\U0010FFFF\u0001'),
+        E'([\\uE000-\\uFFFF])', E'\U0010FFFF\\1', 'g'
     );
 END;
 $$;
@@ -321,9 +321,9 @@ BEGIN
                     to_json(e.key)::text || ':' || CASE jsonb_typeof(e.value)
                         WHEN 'number' THEN CASE
                             -- The common case inline (no call): see the array branch.
-                            WHEN e.value::text ~ '^-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?$'
+                            WHEN e.value::text ~ E'^-?(0|[1-9][0-9]*)(\\.[0-9]*[1-9])?$'
                                 AND length(translate(e.value::text, '-.', '')) <= 15
-                                AND e.value::text !~ '^-?0\.00000' THEN e.value::text
+                                AND e.value::text !~ E'^-?0\\.00000' THEN e.value::text
                             ELSE prme._jcs_number(e.value::numeric)
                         END
                         WHEN 'object' THEN prme._jcs(e.value)
@@ -331,7 +331,7 @@ BEGIN
                         ELSE e.value::text
                     END,
                     ',' ORDER BY CASE
-                        WHEN e.key ~ '[\uE000-\U0010FFFF]' THEN prme._jcs_key_order(e.key) ELSE e.key
+                        WHEN e.key ~ E'[\\uE000-\\U0010FFFF]' THEN prme._jcs_key_order(e.key) ELSE e.key
                     END COLLATE "C"
                 )
                 FROM jsonb_each(value) AS e
@@ -345,9 +345,9 @@ BEGIN
                             -- 15 digits, no trailing fractional zero, at least 1e-5. Such a
                             -- number is exact or round-trips through a double, so its own
                             -- text is the shortest form (rules 1 and 2 of _jcs_number).
-                            WHEN e.value::text ~ '^-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?$'
+                            WHEN e.value::text ~ E'^-?(0|[1-9][0-9]*)(\\.[0-9]*[1-9])?$'
                                 AND length(translate(e.value::text, '-.', '')) <= 15
-                                AND e.value::text !~ '^-?0\.00000' THEN e.value::text
+                                AND e.value::text !~ E'^-?0\\.00000' THEN e.value::text
                             ELSE prme._jcs_number(e.value::numeric)
                         END
                         WHEN 'object' THEN prme._jcs(e.value)
@@ -381,13 +381,17 @@ BEGIN
     IF value IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must not be null';
     END IF;
+    -- The same bound as a ledger payload's: canonicalising is linear work in PL/pgSQL.
+    IF pg_column_size(value) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must be at most 1 MiB';
+    END IF;
     RETURN prme._jcs(value);
 END;
 $$;
 
 COMMENT ON FUNCTION prme.canonical_json(jsonb) IS
 'The RFC 8785 (JCS) canonical text of a JSON value: keys in UTF-16 order, minimal escapes, numbers as '
-'ECMAScript writes doubles. PR422 for a number out of double range.';
+'ECMAScript writes doubles. PR422 for a number out of double range or a value over 1 MiB.';
 
 CREATE FUNCTION prme.payload_hash(payload jsonb)
 RETURNS text
@@ -400,13 +404,16 @@ BEGIN
     IF payload IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must not be null';
     END IF;
+    IF pg_column_size(payload) > 1048576 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be at most 1 MiB';
+    END IF;
     RETURN prme._sha256_hex(prme._jcs(payload));
 END;
 $$;
 
 COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
 'sha256 (lowercase hex) of the RFC 8785 canonical UTF-8 text of payload: the payload_hash that '
-'prme.submit_operation expects.';
+'prme.submit_operation expects. PR422 for a payload over 1 MiB.';
 
 GRANT EXECUTE ON FUNCTION prme.derived_id(uuid) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.canonical_json(jsonb) TO prme_app;

@@ -158,7 +158,7 @@ DECLARE
 BEGIN
     -- An explicit offset is required: the session's TimeZone must not change the meaning.
     IF v_text IS NOT NULL AND v_text !~ (
-        '^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?'
+        E'^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\\.[0-9]{1,6})?)?'
         || '(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)$'
     ) THEN
         RAISE EXCEPTION USING

@@ -55,7 +55,7 @@ STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN (SELECT count(*) FROM regexp_matches(content, '[^\t\n\v\f\r ]+', 'g'));
+    RETURN (SELECT count(*) FROM regexp_matches(content, E'[^\\t\\n\\v\\f\\r ]+', 'g'));
 END;
 $$;
 
@@ -75,7 +75,7 @@ BEGIN
         SELECT
             m.position::integer AS position,
             sum(length(m.match[1]) + length(m.match[2])) OVER (ORDER BY m.position)::integer AS end_char
-        FROM regexp_matches(content, '([\t\n\v\f\r ]*)([^\t\n\v\f\r ]+)', 'g') WITH ORDINALITY AS m (match, position)
+        FROM regexp_matches(content, E'([\\t\\n\\v\\f\\r ]*)([^\\t\\n\\v\\f\\r ]+)', 'g') WITH ORDINALITY AS m (match, position)
     ),
     parts AS (
         SELECT

@@ -2,18 +2,19 @@
 -- test_security.sql: roles, privileges, row-level security and the catalog
 -- rules of DESIGN.md sections 2 and 5.
 --
--- Proves: the three roles exist and cannot log in; prme_app has USAGE on the
+-- Proves: the four roles exist and cannot log in; prme_app has USAGE on the
 -- schema and EXECUTE on exactly the API functions, nothing on any table or
 -- internal helper; PUBLIC has nothing; API functions (and only they) are
 -- SECURITY DEFINER, every function pins search_path = pg_catalog, pg_temp and
--- everything is owned by prme_owner; prme_reader sees one owner's rows, chosen by
--- prme.user_id, nothing when it is unset, and cannot write; the whole flow works
--- as prme_app; every table, function and type has a COMMENT; every primary key,
--- unique constraint, unique index and foreign key leads with user_id.
+-- everything is owned by prme_owner; prme_reader sees the rows of the owners bound
+-- to the reading role in prme.reader_bindings (directly or through a group), never
+-- by setting prme.user_id, and cannot write; prme_auditor sees every owner's rows;
+-- the whole flow works as prme_app; every table, function and type has a COMMENT;
+-- every primary key, unique constraint, unique index and foreign key leads with user_id.
 -- The catalog checks query pg_catalog, so objects added later are covered too.
 -- =============================================================================
 BEGIN;
-SELECT plan(84);
+SELECT plan(100);
 
 -- The API is every function in prme whose name does not start with _ (DESIGN.md
 -- section 5), so functions added by later migrations are held to the same rules.
@@ -30,16 +31,18 @@ GRANT SELECT ON api TO PUBLIC;
 SELECT has_role('prme_owner');
 SELECT has_role('prme_app');
 SELECT has_role('prme_reader');
+SELECT has_role('prme_auditor');
 SELECT is_empty(
-    $$SELECT rolname FROM pg_roles WHERE rolname IN ('prme_owner', 'prme_app', 'prme_reader')
+    $$SELECT rolname FROM pg_roles WHERE rolname IN ('prme_owner', 'prme_app', 'prme_reader', 'prme_auditor')
         AND (rolcanlogin OR rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls OR rolreplication)$$,
     'the prme roles cannot log in and have no special attributes (no BYPASSRLS)');
 SELECT schema_owner_is('prme', 'prme_owner');
 SELECT results_eq(
     $$SELECT r, has_schema_privilege(r, 'prme', 'USAGE'), has_schema_privilege(r, 'prme', 'CREATE')
-      FROM unnest(ARRAY['prme_app', 'prme_reader', 'public']) AS r$$,
-    $$VALUES ('prme_app', true, false), ('prme_reader', true, false), ('public', false, false)$$,
-    'schema prme: USAGE for prme_app and prme_reader, nothing for PUBLIC, CREATE for nobody');
+      FROM unnest(ARRAY['prme_app', 'prme_reader', 'prme_auditor', 'public']) AS r$$,
+    $$VALUES ('prme_app', true, false), ('prme_reader', true, false), ('prme_auditor', true, false),
+             ('public', false, false)$$,
+    'schema prme: USAGE for prme_app and the readers, nothing for PUBLIC, CREATE for nobody');
 SELECT is_empty(
     $$SELECT c.oid::regclass::text FROM pg_class AS c WHERE c.relnamespace = 'prme'::regnamespace
         AND c.relowner <> 'prme_owner'::regrole
@@ -92,6 +95,10 @@ SELECT is_empty(
     $$SELECT p.oid::regprocedure FROM pg_proc AS p
       WHERE p.pronamespace = 'prme'::regnamespace AND has_function_privilege('prme_reader', p.oid, 'EXECUTE')$$,
     'prme_reader executes no prme function: it only reads');
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure FROM pg_proc AS p
+      WHERE p.pronamespace = 'prme'::regnamespace AND has_function_privilege('prme_auditor', p.oid, 'EXECUTE')$$,
+    'prme_auditor executes no prme function: it only reads');
 SELECT results_eq(
     $$SELECT p.oid::regprocedure::text FROM pg_proc AS p
       WHERE p.pronamespace = 'prme'::regnamespace AND p.prosecdef ORDER BY 1$$,
@@ -138,24 +145,58 @@ SELECT results_eq(
              ('prme.maintenance_patches', 'SELECT'), ('prme.maintenance_settings', 'SELECT'),
              ('prme.node_maintenance', 'SELECT'), ('prme.nodes', 'SELECT'), ('prme.operation_events', 'SELECT'),
              ('prme.operation_parts', 'SELECT'), ('prme.operations', 'SELECT'), ('prme.outcomes', 'SELECT'),
-             ('prme.patch_ops', 'SELECT'), ('prme.snapshot_generations', 'SELECT'),
+             ('prme.patch_ops', 'SELECT'), ('prme.reader_bindings', 'SELECT'), ('prme.snapshot_generations', 'SELECT'),
              ('prme.snapshot_heads', 'SELECT'), ('prme.snapshot_history', 'SELECT')$$,
-    'prme_reader: SELECT on the owners'' tables but request_keys and api_tokens, nothing else');
+    'prme_reader: SELECT on the owners'' tables but request_keys and api_tokens, and its bindings; nothing else');
+SELECT results_eq(
+    $$SELECT c.oid::regclass::text, priv FROM pg_class AS c,
+          unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS priv
+      WHERE c.relnamespace = 'prme'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+        AND has_table_privilege('prme_auditor', c.oid, priv)
+      ORDER BY 1, 2$$,
+    $$SELECT c.oid::regclass::text, 'SELECT' FROM pg_class AS c
+      WHERE c.relnamespace = 'prme'::regnamespace AND c.relkind IN ('r', 'p')
+        AND has_table_privilege('prme_reader', c.oid, 'SELECT')
+      ORDER BY 1$$,
+    'prme_auditor: SELECT on exactly the tables prme_reader may read');
+-- The reader's policy reads the bindings: the same expression on every table.
+CREATE TEMP VIEW reader_policy AS
+SELECT pg_get_expr(p.polqual, p.polrelid) AS qual FROM pg_policy AS p WHERE p.polname = 'nodes_reader_owner';
+SELECT ok(
+    (SELECT qual LIKE '%prme.reader_bindings%pg_has_role(%''USAGE''%' AND qual NOT LIKE '%current_setting%'
+     FROM reader_policy),
+    'prme_reader''s owner policy reads the bindings of roles the reader has the privileges of, no setting');
 SELECT is_empty(
     $$SELECT c.oid::regclass FROM pg_class AS c
       WHERE c.relnamespace = 'prme'::regnamespace AND c.relkind IN ('r', 'p')
-        AND has_table_privilege('prme_reader', c.oid, 'SELECT')
+        AND has_table_privilege('prme_reader', c.oid, 'SELECT') AND c.oid <> 'prme.reader_bindings'::regclass
         AND NOT EXISTS (
             SELECT FROM pg_policy AS p
             WHERE p.polrelid = c.oid AND p.polcmd = 'r' AND p.polroles = ARRAY['prme_reader'::regrole::oid]
-              AND pg_get_expr(p.polqual, p.polrelid) = '(user_id = current_setting(''prme.user_id''::text, true))'
+              AND pg_get_expr(p.polqual, p.polrelid) = (SELECT qual FROM reader_policy)
         )$$,
-    'every table prme_reader may read has its owner policy: user_id = prme.user_id');
+    'every table prme_reader may read has that owner policy');
+SELECT is_empty(
+    $$SELECT p.polrelid::regclass, p.polname FROM pg_policy AS p
+      WHERE p.polroles && ARRAY['prme_reader'::regrole::oid, 'prme_auditor'::regrole::oid, 0::oid]
+        AND (p.polcmd <> 'r' OR cardinality(p.polroles) <> 1 OR NOT p.polpermissive)$$,
+    'the readers'' policies are permissive, FOR SELECT, each for one role (never PUBLIC)');
 SELECT is_empty(
     $$SELECT c.oid::regclass FROM pg_class AS c
       WHERE c.relnamespace = 'prme'::regnamespace AND c.relkind IN ('r', 'p')
-        AND has_table_privilege('prme_reader', c.oid, 'SELECT') AND NOT c.relrowsecurity$$,
-    'every table prme_reader may read has row-level security enabled');
+        AND has_table_privilege('prme_auditor', c.oid, 'SELECT')
+        AND NOT EXISTS (
+            SELECT FROM pg_policy AS p
+            WHERE p.polrelid = c.oid AND p.polcmd = 'r' AND p.polroles = ARRAY['prme_auditor'::regrole::oid]
+              AND pg_get_expr(p.polqual, p.polrelid) = 'true'
+        )$$,
+    'every table prme_auditor may read has its all-owners policy');
+SELECT is_empty(
+    $$SELECT c.oid::regclass FROM pg_class AS c
+      WHERE c.relnamespace = 'prme'::regnamespace AND c.relkind IN ('r', 'p')
+        AND (has_table_privilege('prme_reader', c.oid, 'SELECT') OR has_table_privilege('prme_auditor', c.oid, 'SELECT'))
+        AND NOT c.relrowsecurity$$,
+    'every table prme_reader or prme_auditor may read has row-level security enabled');
 
 -- Fixtures (as the superuser): alice has two nodes, bob one; journal rows for each.
 SELECT lives_ok($$
@@ -175,20 +216,58 @@ CREATE FUNCTION pg_temp.visible() RETURNS text LANGUAGE sql AS $$
         (SELECT coalesce(string_agg(DISTINCT user_id, ',') || ':' || count(*), '0') FROM prme.journal))
 $$;
 
+-- Roles of this test (rolled back with it): alice's reader, a group bound to bob and
+-- a member of it, an auditor.
+CREATE ROLE prme_t_alice_reader IN ROLE prme_reader;
+CREATE ROLE prme_t_bob_team IN ROLE prme_reader;
+CREATE ROLE prme_t_bob_lead IN ROLE prme_t_bob_team;
+CREATE ROLE prme_t_auditor IN ROLE prme_auditor;
+INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('alice', 'prme_t_alice_reader'), ('bob', 'prme_t_bob_team');
+
 SET LOCAL ROLE prme_reader;
 SET LOCAL prme.user_id = 'alice';
+SELECT is(pg_temp.visible(), 'nodes=0 events=0 journal=0',
+          'prme_reader bound to no owner sees nothing, whatever prme.user_id says');
+RESET ROLE;
+SET LOCAL ROLE prme_t_alice_reader;
 SELECT is(pg_temp.visible(), 'nodes=alice:2 events=alice:1 journal=alice:3',
-          'prme_reader with prme.user_id = alice sees only alice''s nodes, events and journal');
+          'a role bound to alice sees only alice''s nodes, events and journal');
 SELECT is_empty($$SELECT * FROM prme.nodes WHERE user_id = 'bob'$$,
                 '... and asking for bob''s rows by name returns nothing');
 SET LOCAL prme.user_id = 'bob';
+SELECT is(pg_temp.visible(), 'nodes=alice:2 events=alice:1 journal=alice:3',
+          '... and setting prme.user_id to bob changes nothing');
+SELECT results_eq($$SELECT user_id, reader::text FROM prme.reader_bindings$$,
+                  $$VALUES ('alice', 'prme_t_alice_reader')$$, '... it sees its own binding, no other');
+SELECT throws_ok($$INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('bob', 'prme_t_alice_reader')$$,
+                 '42501', NULL, '... and cannot bind itself to another owner');
+RESET ROLE;
+SET LOCAL ROLE prme_t_bob_lead;
 SELECT is(pg_temp.visible(), 'nodes=bob:1 events=bob:1 journal=bob:1',
-          'prme_reader with prme.user_id = bob sees only bob''s');
-SET LOCAL prme.user_id TO DEFAULT;
-SELECT is(pg_temp.visible(), 'nodes=0 events=0 journal=0', 'prme_reader with prme.user_id unset sees nothing');
-SET LOCAL prme.user_id = '';
-SELECT is(pg_temp.visible(), 'nodes=0 events=0 journal=0', 'prme_reader with prme.user_id empty sees nothing');
-SET LOCAL prme.user_id = 'alice';
+          'a member of a group bound to bob sees bob''s rows');
+RESET ROLE;
+INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('bob', 'prme_t_alice_reader');
+SET LOCAL ROLE prme_t_alice_reader;
+SELECT is(pg_temp.visible(), 'nodes=alice,bob:3 events=alice,bob:2 journal=alice,bob:4',
+          'a role bound to alice and bob sees both');
+RESET ROLE;
+SET LOCAL ROLE prme_t_auditor;
+SELECT is(pg_temp.visible(), 'nodes=alice,bob:3 events=alice,bob:2 journal=alice,bob:4',
+          'prme_auditor sees every owner''s rows');
+SELECT is((SELECT count(*) FROM prme.reader_bindings), 3::bigint, '... and every binding');
+SELECT throws_ok($$SELECT * FROM prme.api_tokens$$, '42501', NULL, '... but never the API tokens');
+SELECT throws_ok($$DELETE FROM prme.nodes$$, '42501', NULL, '... and cannot DELETE');
+RESET ROLE;
+-- A binding follows the role, not its name: a new role of the same name is not bound.
+CREATE ROLE prme_t_gone IN ROLE prme_reader;
+INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('alice', 'prme_t_gone');
+DROP ROLE prme_t_gone;
+CREATE ROLE prme_t_gone IN ROLE prme_reader;
+SET LOCAL ROLE prme_t_gone;
+SELECT is(pg_temp.visible(), 'nodes=0 events=0 journal=0',
+          'a role created with the name of a dropped, bound role sees nothing');
+RESET ROLE;
+SET LOCAL ROLE prme_t_alice_reader;
 SELECT throws_ok($$INSERT INTO prme.nodes (id, user_id, content, created_at, updated_at, version, last_checksum)
                    VALUES (gen_random_uuid(), 'alice', 'x', now(), now(), 1, repeat('0', 64))$$,
                  '42501', NULL, 'prme_reader cannot INSERT into nodes');
@@ -198,6 +277,7 @@ SELECT throws_ok($$DELETE FROM prme.events$$, '42501', NULL, 'prme_reader cannot
 SELECT throws_ok($$INSERT INTO prme.journal SELECT * FROM prme.journal$$, '42501', NULL,
                  'prme_reader cannot INSERT into journal');
 SELECT throws_ok($$SELECT * FROM prme.request_keys$$, '42501', NULL, 'prme_reader cannot read request_keys');
+SELECT throws_ok($$DELETE FROM prme.reader_bindings$$, '42501', NULL, 'prme_reader cannot remove bindings');
 SELECT throws_ok($$SELECT prme.reinforce('aaaaaaaa-0000-4000-8000-000000000001', 'alice')$$, '42501', NULL,
                  'prme_reader cannot call reinforce');
 SELECT throws_ok($$SELECT prme.add_node('alice', 'planted by the reader')$$, '42501', NULL,
@@ -271,6 +351,8 @@ SELECT is((prme.get_node('alice', 'aaaaaaaa-0000-4000-8000-000000000001')).lifec
           'alice''s node is untouched by bob''s attempts');
 SELECT throws_ok($$SELECT * FROM prme.nodes$$, '42501', NULL, 'prme_app cannot read nodes directly');
 SELECT throws_ok($$SELECT * FROM prme.journal$$, '42501', NULL, 'prme_app cannot read the journal directly');
+SELECT throws_ok($$INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('alice', 'prme_app')$$,
+                 '42501', NULL, 'prme_app cannot bind a reader');
 SELECT throws_ok($$UPDATE prme.nodes SET confidence_base = 1$$, '42501', NULL, 'prme_app cannot UPDATE nodes');
 SELECT throws_ok($$INSERT INTO prme.request_keys (user_id, namespace, request_id, operation, node_id, node_version, created_at)
                    VALUES ('carol', 'default', gen_random_uuid(), 'reinforce', gen_random_uuid(), 1, now())$$,

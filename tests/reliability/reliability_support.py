@@ -11,6 +11,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import os
+import re
 import socket
 import threading
 import time
@@ -325,6 +326,34 @@ def catalog_fingerprint(conn: psycopg.Connection[Any]) -> str:
     row = conn.execute(CATALOG_FINGERPRINT).fetchone()
     assert row is not None
     return str(row[0])
+
+
+# -- comparing results --------------------------------------------------------------
+
+UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+HEX64_RE = re.compile(r"\b[0-9a-f]{64}\b")
+TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)?")
+
+
+def normalise(value: Any, targets: dict[str, str]) -> Any:
+    """Replace ids, times and checksums by placeholders; targeted ids by their argument's name."""
+    if isinstance(value, uuid.UUID):
+        value = str(value)
+    if isinstance(value, str) and value in targets:
+        return targets[value]
+    if isinstance(value, dict):
+        return {key: normalise(item, targets) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [normalise(item, targets) for item in value]
+    if isinstance(value, dt.datetime | dt.date | dt.timedelta):
+        return "<time>"
+    if isinstance(value, float):  # derived from the clock (ages, decayed scores); state is numeric
+        return "<float>"
+    if isinstance(value, str):
+        value = UUID_RE.sub(lambda m: targets.get(m.group(0), "<uuid>"), value)
+        value = HEX64_RE.sub(lambda m: targets.get(m.group(0), "<sha256>"), value)
+        return TIME_RE.sub("<time>", value)
+    return value
 
 
 # -- checks ---------------------------------------------------------------------------

@@ -26,14 +26,13 @@ a fresh id in place of each of alice's: the *absent twin*. Then:
 Each call runs in a transaction that is rolled back, so every call starts from the
 same data. Finally the role rules of DESIGN.md section 5: prme_app can neither read
 nor write any prme table (42501), cannot execute internal helpers, and every API
-function is SECURITY DEFINER with a pinned search_path; prme_reader sees one owner.
+function is SECURITY DEFINER with a pinned search_path; prme_reader sees the owners bound
+to the reading role (never the one a session setting names), prme_auditor every owner.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from reliability_support import (
     api_functions,
     arguments,
     fresh_reference,
+    normalise,
     objects_of,
     owned_snapshot,
     prme_tables,
@@ -64,10 +64,6 @@ from reliability_support import (
 )
 
 SECRET = "ALICE-SECRET"
-
-UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-HEX64_RE = re.compile(r"\b[0-9a-f]{64}\b")
-TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)?")
 
 
 @dataclass
@@ -95,27 +91,6 @@ def run_as_app(conn: psycopg.Connection[Any], function: ApiFunction, args: dict[
         after = owned_snapshot(conn)
     changed = {t: (before[t] - after[t], after[t] - before[t]) for t in before if before[t] != after[t]}
     return Outcome(sqlstate, rows, changed)
-
-
-def normalise(value: Any, targets: dict[str, str]) -> Any:
-    """Replace ids, times and checksums by placeholders; targeted ids by their argument's name."""
-    if isinstance(value, uuid.UUID):
-        value = str(value)
-    if isinstance(value, str) and value in targets:
-        return targets[value]
-    if isinstance(value, dict):
-        return {key: normalise(item, targets) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [normalise(item, targets) for item in value]
-    if isinstance(value, dt.datetime | dt.date | dt.timedelta):
-        return "<time>"
-    if isinstance(value, float):  # derived from the clock (ages, decayed scores); state is numeric
-        return "<float>"
-    if isinstance(value, str):
-        value = UUID_RE.sub(lambda m: targets.get(m.group(0), "<uuid>"), value)
-        value = HEX64_RE.sub(lambda m: targets.get(m.group(0), "<sha256>"), value)
-        return TIME_RE.sub("<time>", value)
-    return value
 
 
 def mentions_alice(value: Any) -> bool:
@@ -326,7 +301,7 @@ def test_prme_reader_cannot_mint_a_token_for_another_owner(
 
 
 # What prme_reader may read (135 and 500_reader_access): every owner's table but the
-# idempotency keys and the API tokens.
+# idempotency keys and the API tokens; and its own bindings.
 READER_TABLES = {
     "nodes", "events", "journal", "outcomes", "node_maintenance", "correction_inbox", "maintenance_settings",
     "maintenance_patches", "patch_ops", "snapshot_generations", "snapshot_heads", "snapshot_history",
@@ -334,46 +309,59 @@ READER_TABLES = {
 }  # fmt: skip
 
 
-def test_prme_reader_sees_one_owner_and_writes_nothing(
+def test_readers_see_their_bound_owners_only_and_write_nothing(
     owners_db: tuple[psycopg.Connection[Any], dict[str, Any]],
 ) -> None:
-    """For every table prme_reader may read: with prme.user_id unset it sees nothing; as
-    alice or bob it sees exactly that owner's rows (counted against the superuser's view);
-    it can change none of them."""
+    """For every table prme_reader may read: prme_reader itself, with prme.user_id set to any
+    owner, sees nothing (a setting any session may change names nobody); a role bound to alice
+    sees exactly alice's rows (counted against the superuser's view) whatever prme.user_id
+    says, bound to alice and bob both owners' rows; prme_auditor sees every row. None of
+    them can change a row."""
     conn, _ = owners_db
-    readable = {
-        row[0]
-        for row in conn.execute(
-            "SELECT c.relname FROM pg_class AS c WHERE c.relnamespace = 'prme'::regnamespace"
-            " AND c.relkind IN ('r', 'p') AND has_table_privilege('prme_reader', c.oid, 'SELECT')"
-        )
-    }
-    assert readable == READER_TABLES
+    readable = (
+        "SELECT c.relname FROM pg_class AS c WHERE c.relnamespace = 'prme'::regnamespace"
+        " AND c.relkind IN ('r', 'p') AND has_table_privilege(%s, c.oid, 'SELECT')"
+    )
+    for role in ("prme_reader", "prme_auditor"):
+        assert {row[0] for row in conn.execute(readable, [role])} == READER_TABLES | {"reader_bindings"}, role
+    suffix = uuid.uuid4().hex[:8]
+    alice_reader, both_reader, auditor = (f"prme_t_{name}_{suffix}" for name in ("a", "ab", "all"))
     seen_by_alice = set()
-    for table in sorted(readable):
-        target = sql.SQL("prme.{}").format(sql.Identifier(table))
-        per_owner = sql.SQL("SELECT user_id, count(*) FROM {} GROUP BY user_id").format(target)
-        truth = dict(conn.execute(per_owner).fetchall())
-        with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL ROLE prme_reader")
-            assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(target)).fetchone()[0] == 0, table
-            for owner in ("alice", "bob"):
-                conn.execute("SELECT set_config('prme.user_id', %s, true)", [owner])
-                expected = {owner: truth[owner]} if owner in truth else {}
-                assert dict(conn.execute(per_owner).fetchall()) == expected, f"{table}: prme_reader as {owner}"
-                seen_by_alice |= {table} if owner == "alice" and expected else set()
-        with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL ROLE prme_reader")
-            conn.execute("SET LOCAL prme.user_id = 'alice'")
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(sql.SQL("DELETE FROM {}").format(target))
+    with conn.transaction(force_rollback=True):
+        for role, group in ((alice_reader, "prme_reader"), (both_reader, "prme_reader"), (auditor, "prme_auditor")):
+            conn.execute(sql.SQL("CREATE ROLE {} IN ROLE {}").format(sql.Identifier(role), sql.Identifier(group)))
+        conn.execute(
+            "INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('alice', %(a)s), ('alice', %(ab)s), "
+            "('bob', %(ab)s)",
+            {"a": alice_reader, "ab": both_reader},
+        )
+        for table in sorted(READER_TABLES):
+            target = sql.SQL("prme.{}").format(sql.Identifier(table))
+            per_owner = sql.SQL("SELECT user_id, count(*) FROM {} GROUP BY user_id").format(target)
+            truth = dict(conn.execute(per_owner).fetchall())
+            owned = {owner: truth[owner] for owner in ("alice", "bob") if owner in truth}
+            for role, setting, expected in (
+                ("prme_reader", "alice", {}),
+                ("prme_reader", "bob", {}),
+                (alice_reader, "bob", {k: v for k, v in owned.items() if k == "alice"}),
+                (both_reader, "", owned),
+                (auditor, "", truth),
+            ):
+                with conn.transaction(force_rollback=True):
+                    conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
+                    conn.execute("SELECT set_config('prme.user_id', %s, true)", [setting])
+                    assert dict(conn.execute(per_owner).fetchall()) == expected, f"{table}: {role} ({setting})"
+                    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                        conn.execute(sql.SQL("DELETE FROM {}").format(target))
+            seen_by_alice |= {table} if "alice" in owned else set()
     # Not vacuous: alice owns rows in (nearly) every table the reader may read.
     assert READER_TABLES - seen_by_alice <= {"operation_events", "operation_parts", "patch_ops"}, seen_by_alice
     for secret in ("request_keys", "api_tokens"):
-        with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL ROLE prme_reader")
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier("prme", secret)))
+        for role in ("prme_reader", "prme_auditor"):
+            with conn.transaction(force_rollback=True):
+                conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier("prme", secret)))
 
 
 def test_normalise_keeps_what_matters() -> None:

@@ -6,8 +6,10 @@ reorders, truncates, forges or transplants journal rows that way, inside a trans
 that is rolled back afterwards, and asserts the exact set of problems
 prme.verify_journal reports, each naming the record (node_id, node_version) and the kind
 of break (checksum_mismatch, chain_break, continuity_break, version_gap,
-column_mismatch, head_mismatch, malformed_record), and which nodes prme.replay_node no
-longer matches.
+column_mismatch, head_mismatch, malformed_record, node_missing), and which nodes
+prme.replay_node no longer matches. What no check inside the database can see (a node and
+its whole chain deleted, a chain rewritten consistently) a journal head taken before
+(prme_pg.journal.JournalHead, kept outside) reveals: the last test.
 
 Fixture data (owner alice unless noted), versions in brackets:
   A: create [1], reinforce with evidence and key [2], reinforce with key [3], reinforce [4]
@@ -18,6 +20,7 @@ Fixture data (owner alice unless noted), versions in brackets:
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +29,10 @@ from typing import Any
 import psycopg
 import pytest
 from reliability_support import add_event, add_node, journal_count, journal_problems, reinforce, replay_all
+
+from prme_pg.backends import journal_rows
+from prme_pg.journal import JournalHead, journal_head, verify_against, verify_records
+from prme_pg.models import JournalRecord, NodeHead
 
 # A node-state edit that breaks additive_caps_v1: confidence_base jumps to 0.9.
 EDIT_AFTER = 'regexp_replace(record, \'^\\{"after":\\{"confidence_base":[0-9.]+\', \'{"after":{"confidence_base":0.9\')'
@@ -180,6 +187,21 @@ CASES = [
         {"A"},
     ),
     Case(
+        "delete a node row (its journal stays)",
+        ["DELETE FROM prme.nodes WHERE user_id = %(alice)s AND id = %(A)s"],
+        {("A", 4, "node_missing")},
+        set(),  # A is gone, so not replayed; the others are untouched
+    ),
+    Case(
+        "delete a node row and its journal together",
+        [
+            f"DELETE FROM {J} WHERE user_id = %(alice)s AND node_id = %(C)s",
+            "DELETE FROM prme.nodes WHERE user_id = %(alice)s AND id = %(C)s",
+        ],
+        set(),  # nothing inside is left to disagree: an anchored head catches it (test below)
+        set(),
+    ),
+    Case(
         "LIMIT: rewrite a chain's tail and the node row consistently",
         [
             f"UPDATE {J} SET record = {REWRITE}, checksum = {REHASH.format(REWRITE)} "
@@ -187,7 +209,7 @@ CASES = [
             "UPDATE prme.nodes AS n SET content = 'rewritten', last_checksum = j.checksum FROM prme.journal AS j "
             "WHERE n.user_id = %(alice)s AND n.id = %(C)s AND j.user_id = n.user_id AND j.node_id = n.id",
         ],
-        set(),  # undetectable from inside the database: anchor head checksums outside it (RELIABILITY.md)
+        set(),  # undetectable from inside the database: an anchored head catches it (test below)
         set(),
     ),
 ]
@@ -276,3 +298,41 @@ def test_tampering_is_named(
         replays_refused=len(failing),
         records_verified=records + tampered_records,
     )
+
+
+ANCHORED = {  # case name: what verify_against reports for alice, labelled
+    "delete a node row (its journal stays)": set(),
+    "delete a node row and its journal together": {("C", 1, "anchor_missing")},
+    "LIMIT: rewrite a chain's tail and the node row consistently": {("C", 1, "anchor_mismatch")},
+    "delete the newest record": {("A", 4, "anchor_missing")},
+}
+
+
+def _journal(conn: psycopg.Connection[Any], user_id: str) -> tuple[list[JournalRecord], list[NodeHead]]:
+    rows = conn.execute("SELECT * FROM prme.journal_records(%s)", [user_id]).fetchall()
+    return journal_rows(user_id, rows)
+
+
+@pytest.mark.parametrize("name", list(ANCHORED))
+def test_a_head_taken_before_reveals_what_the_database_cannot(
+    journal_db: tuple[psycopg.Connection[Any], dict[str, Any]], name: str
+) -> None:
+    """The head is taken from the untouched journal and kept outside (a document); after the
+    tampering, the independent verifier and the head together name every loss."""
+    conn, ids = journal_db
+    labels = {ids[label]: label for label in "ABCD"}
+    records, nodes = _journal(conn, "alice")
+    assert verify_records(records, nodes) == []
+    kept = json.dumps(journal_head("alice", records).to_document())
+    case = next(case for case in CASES if case.name == name)
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL session_replication_role = replica")
+        for statement in case.statements:
+            conn.execute(statement, ids)
+        records, nodes = _journal(conn, "alice")
+        independent = verify_records(records, nodes)
+        anchored = verify_against(JournalHead.from_document(json.loads(kept)), records)
+    assert {(labels[i.node_id], i.node_version, i.problem) for i in independent} == case.problems
+    assert {(labels[i.node_id], i.node_version, i.problem) for i in anchored} == ANCHORED[name]
+    if name.startswith("delete a node row ("):  # the chain is exported without its node
+        assert {r.node_id for r in records} >= {ids["A"]} and ids["A"] not in {n.node_id for n in nodes}
