@@ -73,7 +73,12 @@ def create_app(
     app.state.client = client  # what the Client dependency hands to each route
     app.state.limits = limits
     pool = getattr(client.backend, "pool", None)
-    app.add_middleware(OwnerGate, limits=limits, requests_per_owner=limits.requests_per_owner(pool and pool.max_size))
+    app.add_middleware(
+        OwnerGate,
+        limits=limits,
+        requests_per_owner=limits.requests_per_owner(pool and pool.max_size),
+        routes=[route for router in ROUTERS for route in router.routes],
+    )
     for router in ROUTERS:
         # Every route but the public ones (ops, the console's pages) may meet the gate's limits.
         public = router in (ops.router, console.router)

@@ -19,12 +19,14 @@ import asyncio
 import contextlib
 import re
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import psycopg
 from psycopg_pool import PoolTimeout
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..sqlstate import database_unavailable, describe
@@ -45,6 +47,7 @@ def is_public(path: str) -> bool:
     return path in PUBLIC_PATHS or path == PUBLIC_PREFIX or path.startswith(PUBLIC_PREFIX + "/")
 
 
+_ROUTES_KEY = "prme_pg.gate.routes"
 #: Server-Sent Events routes: long-lived, counted against max_streams_per_owner instead.
 STREAM_PATH = re.compile(r"^/api/v2/(events|operations/[^/]+/events)$")
 
@@ -94,9 +97,13 @@ class _Slots:
 class OwnerGate:
     """ASGI middleware: 401 before the body, then at most N requests (and M streams) per owner."""
 
-    def __init__(self, app: ASGIApp, *, limits: Limits, requests_per_owner: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, limits: Limits, requests_per_owner: int, routes: Sequence[BaseRoute] = ()
+    ) -> None:
+        """``routes``: the app's routes, to name the one a refused request was meant for."""
         self.app = app
         self.limits = limits
+        self.routes = tuple(routes)
         self._requests = _Slots(requests_per_owner, limits.slot_wait_seconds)
         self._streams = _Slots(limits.max_streams_per_owner, 0)
 
@@ -104,10 +111,11 @@ class OwnerGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope[_ROUTES_KEY] = self.routes
         if _head_bytes(scope) > self.limits.max_header_bytes:
             # One the protocol did not measure (pipelined behind another request on its connection).
             detail = f"the request line and headers must be at most {self.limits.max_header_bytes} bytes"
-            await problem(431, "http-431", "Request Header Fields Too Large", detail)(scope, receive, send)
+            await _refuse(problem(431, "http-431", "Request Header Fields Too Large", detail), scope, receive, send)
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.limits.max_body_bytes:
@@ -149,6 +157,18 @@ class OwnerGate:
             await _too_many(slots.limit, what, scope, receive, send)
 
 
+async def _refuse(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer a request the gate refuses, with the route it was meant for in ``scope["route"]``
+    (what the router would have set: the gate runs before routing), so that metrics count
+    it under its route template."""
+    for route in scope.get(_ROUTES_KEY, ()):
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            scope["route"] = route
+            break
+    await response(scope, receive, send)
+
+
 def _head_bytes(scope: Scope) -> int:
     """The size of the request line and headers as they came (CRLFs and separators included)."""
     line = len(scope["method"]) + len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + 12
@@ -184,7 +204,7 @@ def _too_large_detail(limit: int) -> str:
 
 
 async def _too_large(limit: int, scope: Scope, receive: Receive, send: Send) -> None:
-    await problem(413, "http-413", "Content Too Large", _too_large_detail(limit))(scope, receive, send)
+    await _refuse(problem(413, "http-413", "Content Too Large", _too_large_detail(limit)), scope, receive, send)
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -197,19 +217,18 @@ def _bearer(scope: Scope) -> str | None:
 
 async def _too_many(limit: int, what: str, scope: Scope, receive: Receive, send: Send) -> None:
     detail = f"at most {limit} {what} of one owner run at once; retry after the ones in flight"
-    await problem(429, "http-429", "Too Many Requests", detail, RETRY_SOON)(scope, receive, send)
+    await _refuse(problem(429, "http-429", "Too Many Requests", detail, RETRY_SOON), scope, receive, send)
 
 
 async def _unauthorized(detail: str, scope: Scope, receive: Receive, send: Send) -> None:
     response = problem(401, "unauthorized", "Unauthorized", detail, {"WWW-Authenticate": "Bearer"})
-    await response(scope, receive, send)
+    await _refuse(response, scope, receive, send)
 
 
 async def _database_failed(exc: BaseException, scope: Scope, receive: Receive, send: Send) -> None:
     if isinstance(exc, PoolTimeout) or database_unavailable(exc):
         detail = f"the database is unavailable: {describe(exc)}"
-        await problem(503, "unavailable", "Service Unavailable", detail, RETRY_SOON)(scope, receive, send)
+        await _refuse(problem(503, "unavailable", "Service Unavailable", detail, RETRY_SOON), scope, receive, send)
         return
-    await problem(500, "internal", "Internal Server Error", f"the token lookup failed: {describe(exc)}")(
-        scope, receive, send
-    )
+    failed = problem(500, "internal", "Internal Server Error", f"the token lookup failed: {describe(exc)}")
+    await _refuse(failed, scope, receive, send)
