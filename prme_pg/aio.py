@@ -52,7 +52,7 @@ from .backends import (
     VerifyJournal,
 )
 from .backends.duckdb import DEFAULT_PATH, AsyncDuckDBBackend, PackClosedError
-from .backends.postgres import AsyncPostgresBackend, is_dsn
+from .backends.postgres import DEFAULT_STATEMENT_TIMEOUT, AsyncPostgresBackend, is_dsn
 from .client import (
     Fraction,
     Target,
@@ -124,6 +124,7 @@ class AsyncMemoryClient:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         connect_kwargs: Mapping[str, Any] | None = None,
         clock: Callable[[], datetime] | None = None,
         new_id: Callable[[], UUID] | None = None,
@@ -133,7 +134,12 @@ class AsyncMemoryClient:
         self._backend: AsyncBackend
         if is_dsn(target):  # a str DSN; every PathLike is a pack
             self._backend = AsyncPostgresBackend.create(
-                self.target, min_size=min_size, max_size=max_size, timeout=timeout, **(connect_kwargs or {})
+                self.target,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                statement_timeout=statement_timeout,
+                **(connect_kwargs or {}),
             )
         else:
             self._backend = AsyncDuckDBBackend(self.target, clock=clock, new_id=new_id)

@@ -34,6 +34,7 @@ from .errors import InvalidInput, MigrationError, PrmeError
 from .learning import LearningQueue, LearningSync, queue_status, read_hook_document, rejected_records
 from .models import AppliedOp, MaintenancePatch
 from .outbox import LEDGER_KINDS
+from .validation import loads_bounded
 
 if TYPE_CHECKING:
     from .client import MemoryClient
@@ -237,8 +238,36 @@ def _require_dsn(args: argparse.Namespace) -> str:
     return str(args.dsn)
 
 
+#: Seconds a command waits for the database to answer before it gives up: one line, exit 1.
+CONNECT_TIMEOUT = 5
+
+
+class DatabaseUnreachable(PrmeError):
+    """The database did not accept a connection within CONNECT_TIMEOUT (exit 1, one line)."""
+
+
 def _connect(dsn: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(dsn, autocommit=True, application_name="prme-pg")
+    try:
+        return psycopg.connect(dsn, autocommit=True, application_name="prme-pg", connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.OperationalError as exc:
+        # libpq's first line says what failed; the next ones are hints ("Is the server running ...").
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnreachable(f"cannot connect to the database: {reason}") from None
+
+
+def _reachable(args: argparse.Namespace) -> str:
+    """The command's DSN, once a connection to it opened and closed: a pool would retry for its
+    whole timeout (30 s) and log every attempt, where a command should fail fast and say why."""
+    dsn = _require_dsn(args)
+    _connect(dsn).close()
+    return dsn
+
+
+def _client(args: argparse.Namespace) -> MemoryClient:
+    """A one-connection client for a command, after the fail-fast check of :func:`_reachable`."""
+    from .client import MemoryClient
+
+    return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
 
 def _print_json(document: object) -> None:
@@ -321,33 +350,35 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         import uvicorn
 
         from .aio import AsyncMemoryClient
-        from .http import create_app
+        from .http import create_app, uvicorn_options
     except ImportError as exc:
         raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
+    limits = _serve_limits(args)
+    _reachable(args)  # fail fast, in one line, before the server and its pool start
     console.print(
         f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)",
         markup=False,
         highlight=False,
     )
-    client = AsyncMemoryClient(dsn, max_size=args.pool_size)
+    client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
     if args.metrics_port is not None:
-        return _serve_with_metrics(args, client, console)
-    app = create_app(client)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        return _serve_with_metrics(args, client, console, limits)
+    app = create_app(client, limits=limits)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(limits))
     return EXIT_OK
 
 
-def _serve_with_metrics(args: argparse.Namespace, client: Any, console: Console) -> int:
+def _serve_with_metrics(args: argparse.Namespace, client: Any, console: Console, limits: Any) -> int:
     """serve --metrics-port: /metrics (Prometheus, no token) on a bind of its own (docs/HTTP.md)."""
     import asyncio
 
-    from .http import create_app
+    from .http import create_app, uvicorn_options
     from .http.metrics import serve
     from .metrics import ServiceMetrics
 
     metrics = ServiceMetrics(client)
     console.print(f"serving Prometheus metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
-    api = create_app(client, metrics=metrics)
+    api = create_app(client, limits=limits, metrics=metrics)
     asyncio.run(
         serve(
             api,
@@ -357,34 +388,106 @@ def _serve_with_metrics(args: argparse.Namespace, client: Any, console: Console)
             metrics_host=args.metrics_host,
             metrics_port=args.metrics_port,
             log_level=args.log_level,
+            api_options=uvicorn_options(limits),
         )
     )
     return EXIT_OK
 
 
-def cmd_token_create(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
+def _serve_limits(args: argparse.Namespace) -> Any:
+    """The HTTP server's limits from serve's flags (docs/HTTP.md, "Limits")."""
+    from .http import Limits
 
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    for flag, value in (
+        ("--pool-size", args.pool_size),
+        ("--max-body-bytes", args.max_body_bytes),
+        ("--max-header-bytes", args.max_header_bytes),
+        ("--max-requests-per-owner", args.max_requests_per_owner),
+    ):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1")
+    if not 0 <= args.statement_timeout <= 86400:
+        raise UsageError("--statement-timeout must be 0 to 86400 seconds (0: the server's own setting)")
+    return Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_header_bytes=args.max_header_bytes,
+        max_requests_per_owner=args.max_requests_per_owner,
+    )
+
+
+def cmd_token_create(args: argparse.Namespace, console: Console) -> int:
+    from .tokens import token_sha256
+
+    with _client(args) as memory:
         token = memory.create_api_token(args.user, label=args.label)
     if args.json:
-        _print_json({"user_id": args.user, "label": args.label, "token": token})
+        _print_json({"user_id": args.user, "label": args.label, "token": token, "id": token_sha256(token)})
     else:
         # The token itself goes to stdout alone, so it can be captured; the advice to stderr.
         Console(stderr=True, soft_wrap=True).print(
-            f"new bearer token for [bold]{escape(args.user)}[/bold] (shown once; only its sha256 is stored):"
+            f"new bearer token for [bold]{escape(args.user)}[/bold] (shown once; only its sha256 is stored, "
+            f"which is its id for `prme-pg token revoke --id`: {token_sha256(token)}):"
         )
         sys.stdout.write(token + "\n")
     return EXIT_OK
 
 
-def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
+#: A token is about 90 characters; anything much longer on stdin is not one.
+MAX_TOKEN_TEXT = 4096
 
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
-        revoked = memory.revoke_api_token(args.token)
+
+def _read_token(path: str | None) -> str:
+    """The token to revoke, from ``path`` (a file; ``-`` is stdin) or stdin, never from argv:
+    a command line shows in ``ps`` and in the shell's history. On a terminal it is asked for
+    without echo."""
+    if path is not None and path != "-":
+        try:
+            with open(path, encoding="utf-8") as file:
+                text = file.read(MAX_TOKEN_TEXT + 1)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read --token-file {path}: {exc}") from None
+    elif sys.stdin.isatty():
+        import getpass
+
+        text = getpass.getpass("token to revoke: ")
+    else:
+        text = sys.stdin.read(MAX_TOKEN_TEXT + 1)
+    token = text.strip()
+    if not token:
+        raise UsageError(
+            "no token given: pipe it on stdin (... | prme-pg token revoke), pass --token-file FILE, "
+            "or revoke by --user USER --id ID"
+        )
+    if len(token) > MAX_TOKEN_TEXT or len(token.splitlines()) != 1:
+        raise UsageError("expected one token, on one line")
+    return token
+
+
+def _revoke(args: argparse.Namespace) -> bool:
+    from .backends import RevokeApiToken
+
+    if args.token is not None:
+        # Not echoed: the mistake is already in the shell's history, not also in a log.
+        raise UsageError(
+            "the token is not taken on the command line (it would show in ps and the shell's history): "
+            "pipe it on stdin, pass --token-file FILE, or revoke by --user USER --id ID"
+        )
+    if args.token_id is None:
+        if args.user is not None:
+            raise UsageError("--user goes with --id (the token itself names its owner)")
+        token = _read_token(args.token_file)
+        with _client(args) as memory:
+            return memory.revoke_api_token(token)
+    if args.user is None or args.token_file is not None:
+        raise UsageError("--id needs --user (the token's owner), and no --token-file")
+    if not re.fullmatch(r"[0-9a-f]{64}", args.token_id):
+        raise UsageError("--id must be the token's id: its sha256, 64 lowercase hex digits")
+    with _client(args) as memory:
+        return memory.backend.execute(RevokeApiToken(user_id=args.user, token_sha256=args.token_id))
+
+
+def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
+    revoked = _revoke(args)
     if args.json:
         _print_json({"revoked": revoked})
     else:
@@ -395,7 +498,7 @@ def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
 def cmd_worker(args: argparse.Namespace, console: Console) -> int:
     from .worker import WorkerStats, run_worker
 
-    dsn = _require_dsn(args)
+    dsn = _reachable(args)
 
     def progress(stats: WorkerStats) -> None:
         if not args.json and stats.last.claimed:
@@ -413,10 +516,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_recall(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         hits = memory.recall(args.query, user_id=args.user, scopes=args.scope or None, max_count=args.limit)
     if args.json:
         _print_json({"hits": [dataclasses.asdict(hit) for hit in hits]})
@@ -433,10 +533,7 @@ def cmd_recall(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_snapshot_publish(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         result = memory.publish_snapshot(
             args.scope,
             user_id=args.user,
@@ -456,10 +553,7 @@ def cmd_snapshot_publish(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_snapshot_show(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         snapshot = memory.current_snapshot(args.scope, user_id=args.user)
     if args.json:
         _print_json({**dataclasses.asdict(snapshot), "document": json.loads(snapshot.document)})
@@ -482,9 +576,9 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> int:
 
     text = args.payload if args.payload is not None else sys.stdin.read()
     try:
-        payload = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"the payload is not JSON: {exc}") from None
+        payload = loads_bounded(text, "the payload")  # never a RecursionError, however deep
+    except InvalidInput as exc:
+        raise UsageError(str(exc)) from None
     if not isinstance(payload, dict):
         raise UsageError("the payload must be a JSON object")
     record = Outbox(args.pack).enqueue(
@@ -634,12 +728,10 @@ def _print_applied(console: Console, applied: list[AppliedOp], title: str) -> No
 
 
 def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
+    _require_dsn(args)
     if args.report and args.mode == "auto":
         raise UsageError("--report changes nothing: it cannot be combined with --mode=auto")
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         if args.report:
             rows = memory.maintenance_report(user_id=args.user)
             if args.json:
@@ -696,10 +788,7 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_curate(args: argparse.Namespace, console: Console) -> int:
-    from .client import MemoryClient
-
-    dsn = _require_dsn(args)
-    with MemoryClient(dsn, min_size=1, max_size=1) as memory:
+    with _client(args) as memory:
         if args.select is None:
             patch = memory.get_patch(args.patch_id, user_id=args.user)
             if args.json:
@@ -905,7 +994,7 @@ def _journal_client(args: argparse.Namespace) -> MemoryClient:
 
     if args.pack is not None:
         return MemoryClient(Path(args.pack))  # a path is always a pack, never a DSN
-    return MemoryClient(_require_dsn(args), min_size=1, max_size=1)
+    return _client(args)  # fails fast, in one line, when the database does not answer
 
 
 def _journal_findings(
@@ -1058,6 +1147,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_between(1, 65535), default=8080, help="TCP port to listen on")
     serve.add_argument("--pool-size", type=_between(1, 1000), default=10, help="database connections")
     serve.add_argument(
+        "--statement-timeout",
+        type=float,
+        default=30.0,
+        help="seconds one call may run in the database (default 30; 0: the server's own setting)",
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=int, default=2 * 1024 * 1024, help="request body limit, else 413 (default 2 MiB)"
+    )
+    serve.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=16 * 1024,
+        help="request line and headers limit, else 431 (default 16 KiB)",
+    )
+    serve.add_argument(
+        "--max-requests-per-owner",
+        type=int,
+        default=None,
+        help="requests of one owner at once, else 429 (default: half of --pool-size)",
+    )
+    serve.add_argument(
         "--log-level",
         default="info",
         choices=["critical", "error", "warning", "info", "debug"],
@@ -1079,10 +1189,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_user(create, help_text="the owner (user_id) the token acts for")
     create.add_argument("--label", default="", help="a note to recognise the token by (default: none)")
     _flag_names(create, label="--label")
-    revoke = token_sub.add_parser("revoke", help="revoke a token")
+    revoke = token_sub.add_parser(
+        "revoke",
+        help="revoke a token read from stdin (or --token-file), or by --user and --id",
+        description="Revoke a bearer token. The token is read from stdin (asked for without echo on a "
+        "terminal) or from --token-file, never from the command line, where ps and the shell's history "
+        "would show it; or name it by its owner and id (its sha256, printed by token create).",
+    )
     revoke.set_defaults(handler=cmd_token_revoke)
     add_dsn(revoke)
-    revoke.add_argument("token", help="the token to revoke")
+    revoke.add_argument("token", nargs="?", default=None, help=argparse.SUPPRESS)
+    revoke.add_argument("--token-file", default=None, metavar="FILE", help="read the token from FILE ('-': stdin)")
+    revoke.add_argument("--user", default=None, help="with --id: the token's owner (user_id)")
+    revoke.add_argument("--id", dest="token_id", default=None, metavar="ID", help="the token's id (its sha256 hex)")
 
     worker = add("worker", "Run the operations executor until SIGTERM.", cmd_worker)
     add_dsn(worker)

@@ -77,7 +77,7 @@ from .backends import (
     VerifyJournal,
 )
 from .backends.duckdb import DEFAULT_PATH, DuckDBBackend, PackClosedError
-from .backends.postgres import PostgresBackend, is_dsn
+from .backends.postgres import DEFAULT_STATEMENT_TIMEOUT, PostgresBackend, is_dsn
 from .errors import InvalidInput, PrmeError
 from .extractors import LearningRecord
 from .journal import verify_records
@@ -107,7 +107,7 @@ from .models import (
 )
 from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
-from .validation import parse_uuid
+from .validation import check_json_depth, parse_uuid
 
 __all__ = ["MemoryClient", "Target"]
 
@@ -185,6 +185,7 @@ def add_event_request(
     occurred_at: datetime | None,
     event_id: UUID | str | None,
 ) -> AddEvent:
+    check_json_depth("payload", payload)  # before anything recurses into it (json, jsonb, HTTP)
     return AddEvent(
         user_id=user_id,
         content=content,
@@ -413,7 +414,9 @@ class MemoryClient:
 
     ``target`` is a DSN (``postgresql://...``) or a pack folder (default
     ``./memories``). PostgreSQL options: ``min_size``, ``max_size`` and ``timeout``
-    of the connection pool, and ``connect_kwargs`` for each connection. Pack
+    of the connection pool, ``statement_timeout`` (seconds any one call may run before
+    the server cancels it with ``psycopg.errors.QueryCanceled``; default 30, None for the
+    server's setting), and ``connect_kwargs`` for each connection. Pack
     options: ``clock`` and ``new_id`` (reproducible packs). The client is opened
     by the constructor; use it as a context manager, or call :meth:`close`.
     Thread-safe: share one client between threads.
@@ -426,6 +429,7 @@ class MemoryClient:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         connect_kwargs: Mapping[str, Any] | None = None,
         clock: Callable[[], datetime] | None = None,
         new_id: Callable[[], UUID] | None = None,
@@ -435,7 +439,12 @@ class MemoryClient:
         self._backend: SyncBackend
         if is_dsn(target):  # a str DSN; every PathLike is a pack
             self._backend = PostgresBackend.connect(
-                self.target, min_size=min_size, max_size=max_size, timeout=timeout, **(connect_kwargs or {})
+                self.target,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                statement_timeout=statement_timeout,
+                **(connect_kwargs or {}),
             )
         else:
             self._backend = _LazyPack(self.target, clock=clock, new_id=new_id)  # opened by the first call needing it

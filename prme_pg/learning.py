@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import socket
@@ -69,7 +68,8 @@ from .outbox import (
     validate_payload,
 )
 from .spool import Spool, StateMismatch, process_alive, time_ordered_uuid
-from .validation import valid_user_id
+from .sqlstate import database_unavailable
+from .validation import MAX_JSON_DEPTH, json_depth_exceeds, loads_bounded, valid_user_id
 
 __all__ = [
     "DEFAULT_STALE_AFTER",
@@ -176,9 +176,10 @@ def read_hook_document(stream: BinaryIO) -> object:
     if not data.strip():
         raise InvalidInput("stdin is empty; expected one JSON document")
     try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise InvalidInput(f"stdin is not one JSON document: {exc}") from None
+    return loads_bounded(text, "the hook document")
 
 
 # -- the queue ---------------------------------------------------------------------------------
@@ -204,6 +205,7 @@ class LearningQueue:
         self.stale_after = stale_after
         self.records = Spool(self.root, LEARNING_STATES, create=create)
         self.publications = Spool(self.root / "publications", PUBLICATION_STATES, create=create)
+        self._skipped: set[tuple[str, str]] = set()  # (state, name) of unreadable files already logged
 
     # -- enqueue --
 
@@ -311,9 +313,14 @@ class LearningQueue:
         for name in self.records.names("processing"):
             try:
                 found = self.records.get(name)
+                if found is not None and json_depth_exceeds(found[1]):
+                    raise ValueError(f"learning record {name} nests deeper than {MAX_JSON_DEPTH} levels")
             except ValueError as exc:
                 if self.reject_unreadable(name, "processing", exc) and rejected is not None:
                     rejected.append(name)
+                continue
+            except OSError as exc:
+                self.skip_unreadable(name, "processing", exc)
                 continue
             if found is None or found[0] != "processing":
                 continue
@@ -335,11 +342,14 @@ class LearningQueue:
     def claim(self, name: str, *, now: datetime | None = None) -> dict[str, Any] | None:
         """Move a pending record to ``processing``, stamped; None if someone else took it.
 
-        ValueError if the stored record does not parse (see :meth:`reject_unreadable`).
+        ValueError if the stored record does not parse (see :meth:`reject_unreadable`), or
+        nests deeper than any record can; the OSError if this process may not read it.
         """
         found = self.records.get(name)
         if found is None or found[0] != "pending":
             return None
+        if json_depth_exceeds(found[1]):
+            raise ValueError(f"learning record {name} nests deeper than {MAX_JSON_DEPTH} levels")
         try:
             attempts = int(found[1].get("attempts", 0))
         except (TypeError, ValueError):
@@ -362,7 +372,7 @@ class LearningQueue:
         """
         try:
             raw = self.records.read_bytes(name, state)
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             return False
         reason = f"the stored record does not parse: {error}"
         document = {
@@ -378,6 +388,20 @@ class LearningQueue:
             return False
         log.warning("learning record %s rejected: %s", name, reason)
         return True
+
+    def skip_unreadable(self, name: str, state: str, error: OSError) -> None:
+        """A record this process may not read (PermissionError ...) cannot be judged: it stays where
+        it is, for when it can be read. Logged once per queue object and record, not every cycle."""
+        if (state, name) in self._skipped:
+            return
+        self._skipped.add((state, name))
+        log.warning(
+            "learning record %s in %s/ is not readable, skipped until it is: %s: %s",
+            name,
+            state,
+            type(error).__name__,
+            error.strerror or error,
+        )
 
     def finish(self, name: str, document: Mapping[str, Any], state: str, **fields: Any) -> dict[str, Any]:
         """Move a ``processing`` record to ``state`` (completed, rejected, or pending for a retry)."""
@@ -409,6 +433,8 @@ class CycleStats:
     completed: int = 0
     rejected: int = 0
     retried: int = 0
+    #: Records this process may not read (left where they are, see LearningQueue.skip_unreadable).
+    skipped: int = 0
     operations: int = 0
     published: list[tuple[str, str, str]] = field(default_factory=list)  # (user_id, scope, generation_id)
     publish_failures: list[tuple[str, str, str]] = field(default_factory=list)  # (user_id, scope, error)
@@ -514,6 +540,10 @@ class LearningWorker:
                 if self.queue.reject_unreadable(name, "pending", exc):
                     unreadable.append(name)
                 continue
+            except OSError as exc:
+                self.queue.skip_unreadable(name, "pending", exc)
+                stats.skipped += 1
+                continue
             if document is None:
                 continue
             fault("claimed")
@@ -550,11 +580,12 @@ class LearningWorker:
         except (ExtractionError, InvalidInput) as exc:
             self._reject(name, document, str(exc), stats)
             return True
-        except (psycopg.DataError, psycopg.IntegrityError) as exc:
-            # The database refused this record's data (SQLSTATE classes 22, 23): the
-            # record's trouble, charged like any failure, or it would hold up the queue.
-            return self._retry_or_reject(name, document, exc, stats)
         except psycopg.Error as exc:
+            if not database_unavailable(exc):
+                # The database refused this record's data (a data exception, a program limit
+                # ...: prme_pg.sqlstate): the record's trouble, charged like any failure, or
+                # it would hold up the queue.
+                return self._retry_or_reject(name, document, exc, stats)
             attempts = int(document["attempts"]) - 1  # the database's trouble, not the record's
             self.queue.finish(name, document, "pending", attempts=attempts, last_error=f"{type(exc).__name__}: {exc}")
             raise
@@ -619,6 +650,9 @@ class LearningWorker:
             except (ValueError, TypeError, KeyError, AttributeError, InvalidInput) as exc:
                 self._reject_intent(name, exc)
                 continue
+            except OSError as exc:
+                self.queue.skip_unreadable(name, "publications/waiting", exc)
+                continue
             operations = [lookup(op) for op in operation_ids]
             if any(op is None or op.state not in ("completed", "rejected") for op in operations):
                 continue  # still on its way through the outbox and the ledger
@@ -653,7 +687,7 @@ class LearningWorker:
         are not copied. Its operations are delivered anyway; only the snapshot is not republished."""
         try:
             raw = self.queue.publications.read_bytes(name, "waiting")
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             return
         reason = f"the publication intent does not parse: {type(error).__name__}: {error}"
         document = {"record_id": name, "reason": reason, "sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}
@@ -826,8 +860,8 @@ def rejected_records(pack: str | os.PathLike[str]) -> list[RejectedRecord]:
             except (FileNotFoundError, ValueError):  # moved away since the listing, or not a file
                 continue
             try:
-                document = json.loads(raw)
-            except ValueError:
+                document = loads_bounded(raw, "a rejected record")
+            except InvalidInput:
                 document = None
             if not isinstance(document, dict):
                 document = {"reason": "the rejected file itself does not parse"}

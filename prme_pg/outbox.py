@@ -44,11 +44,25 @@ import rfc8785
 
 from . import migrations
 from .backends import GetLedgerStatus, GetReadiness, GetReceipt, Request, SubmitOperation
-from .backends.postgres import statement, translate_errors
+from .backends.postgres import (
+    DEFAULT_STATEMENT_TIMEOUT,
+    SET_STATEMENT_TIMEOUT,
+    statement,
+    statement_timeout_setting,
+    translate_errors,
+)
 from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
 from .models import Receipt
-from .spool import Spool, StateMismatch, time_ordered_uuid
-from .validation import parse_uuid, valid_user_id
+from .spool import Spool, StateMismatch, decode_document, time_ordered_uuid
+from .sqlstate import database_unavailable, describe
+from .validation import (
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    check_json_depth,
+    json_depth_exceeds,
+    parse_uuid,
+    valid_user_id,
+)
 from .worker import stop_on_signals
 
 __all__ = [
@@ -81,7 +95,9 @@ T = TypeVar("T")
 LEDGER_KINDS = ("add_node", "add_event", "reinforce", "archive_node", "record_outcome", "link_correction")
 SCHEMA_VERSION = 2
 #: The ledger refuses payloads over 1 MiB; the outbox measures the RFC 8785 text.
-MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_PAYLOAD_BYTES = MAX_JSON_BYTES
+#: ... and payloads nested deeper than this (prme_pg.validation.MAX_JSON_DEPTH).
+MAX_PAYLOAD_DEPTH = MAX_JSON_DEPTH
 MAX_DEPENDENCIES = 100
 STATES = ("pending", "submitting", "accepted", "completed", "rejected")
 #: Receipt states after which nothing changes.
@@ -107,6 +123,7 @@ def canonical_payload(payload: object) -> tuple[dict[str, Any], str]:
     """The payload as plain JSON and the sha256 hex of its RFC 8785 form (what the ledger recomputes)."""
     if not isinstance(payload, Mapping):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
+    check_json_depth("payload", payload, MAX_PAYLOAD_DEPTH)  # before rfc8785, which recurses
     try:
         canonical = rfc8785.dumps(payload)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
@@ -304,6 +321,8 @@ class OutboxRecord:
             receipt = document.get("receipt")
             if not isinstance(payload, dict) or not (receipt is None or isinstance(receipt, dict)):
                 raise TypeError("payload and receipt must be JSON objects")
+            if json_depth_exceeds(payload, MAX_PAYLOAD_DEPTH):
+                raise ValueError(f"the payload nests deeper than {MAX_PAYLOAD_DEPTH} levels")
             reason = document.get("reason")
             created_at = _aware(document["created_at"])
             updated_at = _aware(document["updated_at"])
@@ -438,7 +457,7 @@ class Outbox:
     def _replayed(self, record: OutboxRecord) -> OutboxRecord:
         try:
             existing = self.get(record.operation_id)
-        except MalformedRecord as exc:
+        except (MalformedRecord, OSError) as exc:
             raise IdempotencyConflict(f"operation_id {record.operation_id} is taken by an unreadable record") from exc
         if existing is None:  # pragma: no cover - records are never deleted
             raise IdempotencyConflict(f"operation_id {record.operation_id} is taken")
@@ -464,7 +483,10 @@ class Outbox:
         return None if found is None else OutboxRecord.from_document(found[1], found[0])
 
     def load(self, name: str, state: str) -> OutboxRecord | None:
-        """The record ``name`` if it is (still) in ``state``; :class:`MalformedRecord` if it does not parse."""
+        """The record ``name`` if it is (still) in ``state``; :class:`MalformedRecord` if it does not parse.
+
+        A file this process may not read raises its OSError (e.g. PermissionError).
+        """
         try:
             data = self.spool.read_bytes(name, state)
         except FileNotFoundError:
@@ -472,11 +494,9 @@ class Outbox:
         except ValueError as exc:  # a symlink or a folder under a record's name
             raise MalformedRecord(f"outbox record {name} is not readable: {exc}") from exc
         try:
-            document = json.loads(data.decode("utf-8"))
+            document = decode_document(name, data)
         except ValueError as exc:
             raise MalformedRecord(f"outbox record {name} does not parse: {exc}") from exc
-        if not isinstance(document, dict):
-            raise MalformedRecord(f"outbox record {name} is not a JSON object")
         record = OutboxRecord.from_document(document, state)
         if record.name != name:
             raise MalformedRecord(f"outbox record {name} names another operation_id ({record.name})")
@@ -486,7 +506,7 @@ class Outbox:
         """Readable records in ``state``, oldest first (by created_at, then id)."""
         found = []
         for name in self.spool.names(state):
-            with contextlib.suppress(MalformedRecord):
+            with contextlib.suppress(MalformedRecord, OSError):
                 record = self.load(name, state)
                 if record is not None:
                     found.append(record)
@@ -624,13 +644,15 @@ class SyncReport:
     completed: int = 0
     rejected: int = 0
     deferred: int = 0
+    #: Record files the worker may not read (left in place, see OutboxSyncer._skip_unreadable).
+    skipped: int = 0
     failures: int = 0
     completed_records: list[OutboxRecord] = field(default_factory=list, repr=False)
     #: Records accepted in this cycle: their receipt is fresh, the poll skips them.
     accepted_ids: set[UUID] = field(default_factory=set, repr=False)
 
     def add(self, other: SyncReport) -> None:
-        for name in ("cycles", "stage_items", "submitted", "accepted", "completed", "rejected", "deferred"):
+        for name in ("cycles", "stage_items", "submitted", "accepted", "completed", "rejected", "deferred", "skipped"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def summary(self) -> dict[str, int]:
@@ -644,6 +666,7 @@ class SyncReport:
                 "completed",
                 "rejected",
                 "deferred",
+                "skipped",
                 "failures",
             )
         }
@@ -710,6 +733,7 @@ class OutboxSyncer:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         connect_timeout: int = 5,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         on_progress: Callable[[SyncProgress], None] | None = None,
         stop: threading.Event | None = None,
     ) -> None:
@@ -724,11 +748,13 @@ class OutboxSyncer:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.connect_timeout = connect_timeout
+        self._statement_timeout = statement_timeout_setting(statement_timeout)
         self.on_progress = on_progress
         self.stop_event = stop or threading.Event()
         self.lock = SyncLock(self.outbox)
         self._conn: psycopg.Connection[Any] | None = None
         self._context: SyncContext | None = None  # of the cycle running
+        self._skipped: set[tuple[str, str]] = set()  # (state, name) of unreadable files already logged
         self._expected_migrations = [f"{m.version}:{m.sha256}" for m in migrations.load_migrations()]
 
     # -- lifecycle --
@@ -765,6 +791,8 @@ class OutboxSyncer:
                 )
             except psycopg.OperationalError as exc:
                 raise LedgerUnavailable(f"cannot connect to the ledger: {exc}".strip()) from exc
+            if self._statement_timeout is not None:  # as on the clients' pool connections (docs/CLIENTS.md)
+                self._conn.execute(SET_STATEMENT_TIMEOUT, [self._statement_timeout])
         return self._conn
 
     def _drop_connection(self) -> None:
@@ -810,9 +838,9 @@ class OutboxSyncer:
                     return report
                 try:
                     report.stage_items += stage(context)
-                except psycopg.OperationalError:
-                    raise
-                except Exception:
+                except Exception as exc:
+                    if database_unavailable(exc):
+                        raise
                     log.exception("sync stage %s failed; delivery goes on", getattr(stage, "__name__", stage))
             self._context = context
             self._resolve_submitting(conn, report)
@@ -822,7 +850,7 @@ class OutboxSyncer:
             # Lost connection, server shutting down, a serialization failure ...: whatever
             # was submitted is resolved by its receipt in the next cycle.
             self._drop_connection()
-            raise LedgerUnavailable(f"the ledger failed: {type(exc).__name__}: {exc}".strip()) from exc
+            raise LedgerUnavailable(f"the ledger failed: {describe(exc)}") from exc
         finally:
             self._context = None
         return report
@@ -832,7 +860,9 @@ class OutboxSyncer:
             self.on_progress(SyncProgress(phase, done, total))
 
     def _readable(self, names: Iterable[str], state: str, report: SyncReport) -> list[OutboxRecord]:
-        """Load records; an unreadable file is moved to rejected with the reason (never submitted)."""
+        """Load records. One that does not parse is moved to rejected with the reason (never
+        submitted); one this process may not read (PermissionError ...) is skipped, and stays
+        where it is for when it can be read."""
         found = []
         for name in names:
             try:
@@ -840,16 +870,33 @@ class OutboxSyncer:
             except MalformedRecord as exc:
                 self._reject_unreadable(name, state, str(exc), report)
                 continue
+            except OSError as exc:
+                self._skip_unreadable(name, state, exc, report)
+                continue
             if record is not None:
                 found.append(record)
         return sorted(found, key=lambda r: (r.created_at, r.name))
+
+    def _skip_unreadable(self, name: str, state: str, error: OSError, report: SyncReport) -> None:
+        """A record file the worker may not read: it cannot be judged, so it is neither submitted nor
+        rejected. Logged once per worker and file (not every cycle); counted in every cycle."""
+        report.skipped += 1
+        if (state, name) not in self._skipped:
+            self._skipped.add((state, name))
+            log.warning(
+                "outbox record %s in %s/ is not readable, skipped until it is: %s: %s",
+                name,
+                state,
+                type(error).__name__,
+                error.strerror or error,
+            )
 
     def _reject_unreadable(self, name: str, state: str, reason: str, report: SyncReport) -> None:
         """Set an unreadable file aside in rejected/. Its bytes are not copied (it may be anything, even
         a secret): the replacement keeps their sha256 and size, enough to match it with a backup."""
         try:
             raw = self.outbox.spool.read_bytes(name, state)
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             return  # moved away meanwhile, or not a regular file: not a record, left alone
         document = {
             "operation_id": name,
@@ -907,6 +954,9 @@ class OutboxSyncer:
             except InvalidInput as exc:  # e.g. a user_id edited on disk: this record only, never the cycle
                 receipts.append(f"the ledger refused the receipt lookup ({exc.sqlstate}): {exc}")
                 known.append(record)
+            except psycopg.Error as exc:
+                receipts.append(_record_failure("the receipt lookup", exc))
+                known.append(record)
         if known:
             log.info("resolved %d record(s) left in submitting by their receipts", len(known))
             self._finish_terminal(self._accept(known, receipts, report), report)
@@ -962,7 +1012,7 @@ class OutboxSyncer:
         states: dict[UUID, str] = {r.operation_id: "pending" for r in pending}
         wanted = {d for r in pending for d in r.dependencies} - states.keys()
         for dependency in wanted:
-            with contextlib.suppress(ValueError):  # unreadable: rejected when its own turn comes
+            with contextlib.suppress(ValueError, OSError):  # unreadable: its own turn decides
                 found = self.outbox.spool.get(str(dependency))
                 if found is not None:
                     states[dependency] = found[0]
@@ -983,6 +1033,8 @@ class OutboxSyncer:
                 missing.add((user_id, dependency))
             except InvalidInput:
                 pass  # a user_id the ledger refuses: the submit says so, for that record
+            except psycopg.Error as exc:
+                _record_failure("the dependency lookup", exc)  # the same: the submit says so
         return missing
 
     @staticmethod
@@ -1018,6 +1070,10 @@ class OutboxSyncer:
                 return [run_request(conn, _submit_request(r)) for r in records]
         except (IdempotencyConflict, InvalidInput, NotFoundError):
             pass  # the batch rolled back: submit one by one
+        except psycopg.Error as exc:
+            if database_unavailable(exc):
+                raise
+            # About one record (a program limit, say): the batch rolled back, find which.
         outcomes: list[Receipt | str] = []
         for record in records:
             try:
@@ -1026,6 +1082,8 @@ class OutboxSyncer:
                 outcomes.append(f"the ledger holds another operation under this operation_id: {exc}")
             except (InvalidInput, NotFoundError) as exc:
                 outcomes.append(f"the ledger refused the operation ({exc.sqlstate}): {exc}")
+            except psycopg.Error as exc:
+                outcomes.append(_record_failure("the operation", exc))
         return outcomes
 
     def _finish_terminal(self, accepted: Sequence[OutboxRecord], report: SyncReport) -> None:
@@ -1052,9 +1110,9 @@ class OutboxSyncer:
             for callback in self.after_commit:
                 try:
                     callback(self._context, list(committed))
-                except psycopg.OperationalError:
-                    raise
-                except Exception:
+                except Exception as exc:
+                    if database_unavailable(exc):
+                        raise
                     log.exception(
                         "after-commit callback %s failed; %d record(s) stay accepted and are retried",
                         getattr(callback, "__name__", callback),
@@ -1087,6 +1145,10 @@ class OutboxSyncer:
                     continue
                 except InvalidInput as exc:  # e.g. a user_id edited on disk: this record only, never the cycle
                     reason = f"the ledger refused the receipt lookup ({exc.sqlstate}): {exc}"
+                    mismatched.append((record, record.with_changes("rejected", reason=reason)))
+                    continue
+                except psycopg.Error as exc:
+                    reason = _record_failure("the receipt lookup", exc)
                     mismatched.append((record, record.with_changes("rejected", reason=reason)))
                     continue
                 mismatch = receipt_mismatch(record, receipt)
@@ -1148,6 +1210,14 @@ class OutboxSyncer:
                 if not busy:
                     self.stop_event.wait(self.poll_interval)
         return total
+
+
+def _record_failure(what: str, exc: psycopg.Error) -> str:
+    """The reason to charge one record with a database error; re-raises one that means the
+    ledger is unavailable (prme_pg.sqlstate), which fails the cycle instead."""
+    if database_unavailable(exc):
+        raise exc
+    return f"the ledger failed on {what} ({describe(exc)})"
 
 
 def _submit_request(record: OutboxRecord) -> SubmitOperation:

@@ -33,6 +33,10 @@ How each step stays safe:
   anything else in a state folder (``._x.json`` from a file manager, a folder, a
   symlink), and reads open with ``O_NOFOLLOW``, so a symlink planted in a state folder
   is never followed (a symlinked "document" reads as unreadable, never as its target).
+- A document that does not parse (not UTF-8, not a JSON object, nested too deeply for
+  the parser) raises ValueError; one the process may not read raises the OSError
+  (PermissionError ...). Callers set the first aside and skip the second: neither
+  stops a worker.
 
 Names should start with a time-ordered id (see :func:`time_ordered_uuid`) so that
 sorting by name is enqueue order.
@@ -59,7 +63,7 @@ from typing import Any
 
 from prme_pg.errors import PrmeError
 
-__all__ = ["Spool", "StateMismatch", "process_alive", "time_ordered_uuid"]
+__all__ = ["Spool", "StateMismatch", "decode_document", "process_alive", "time_ordered_uuid"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _STATE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -231,10 +235,7 @@ class Spool:
                 data = _read_regular(self._path(name, state))
             except FileNotFoundError:
                 continue
-            document = json.loads(data.decode("utf-8"))
-            if not isinstance(document, dict):
-                raise ValueError(f"spool document {name!r} is not a JSON object")
-            return state, document
+            return state, decode_document(name, data)
         return None
 
     def move(
@@ -267,10 +268,7 @@ class Spool:
             _fsync_dir(self.root / from_state)
         if document is not None:
             return dict(document)
-        found = json.loads(_read_regular(target).decode("utf-8"))
-        if not isinstance(found, dict):
-            raise ValueError(f"spool document {name!r} is not a JSON object")
-        return found
+        return decode_document(name, _read_regular(target))
 
     def move_many(self, moves: Sequence[tuple[str, Mapping[str, Any] | None]], from_state: str, to_state: str) -> None:
         """Move several documents at once, like :meth:`move`, with one fsync per folder for the batch.
@@ -387,6 +385,23 @@ class Spool:
                     os.unlink(entry.path)
                     removed += 1
         return removed
+
+
+def decode_document(name: str, data: bytes) -> dict[str, Any]:
+    """A stored document's content; ValueError for anything that is not a UTF-8 JSON object.
+
+    That includes text nested too deeply for the JSON parser (its RecursionError): a
+    file in a state folder may be anything, and reading one must never crash a worker.
+    """
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"spool document {name!r} is nested too deeply to parse") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"spool document {name!r} is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"spool document {name!r} is not a JSON object")
+    return document
 
 
 def _is_file(entry: os.DirEntry[str]) -> bool:

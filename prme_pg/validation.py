@@ -8,12 +8,38 @@ stop hook that only enqueues does not load a database driver to validate a user 
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
 from uuid import UUID
 
 from .errors import InvalidInput
 
-__all__ = ["parse_uuid", "require_utf8", "valid_user_id"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "JSONTooDeep",
+    "check_json_depth",
+    "json_depth_exceeds",
+    "loads_bounded",
+    "loads_strict",
+    "parse_uuid",
+    "require_utf8",
+    "valid_user_id",
+]
+
+#: The deepest nesting of a JSON document any entry accepts: the document itself is level
+#: 1, and each object or array inside it one more (``{"a": [1]}`` is 2 deep). The same
+#: number and counting as the engine's ``prme.ledger_limits().max_payload_depth``, whose
+#: canonicaliser refuses deeper payloads with PR422: one bound, every layer
+#: (docs/RELIABILITY.md, "Bounds"). Recursive code (json, rfc8785, PL/pgSQL) stays far
+#: from its stack limit at this depth; no memory written by an agent nests deeper.
+MAX_JSON_DEPTH = 32
+#: The largest JSON payload any entry accepts (its RFC 8785 text): the ledger's limit.
+MAX_JSON_BYTES = 1024 * 1024
 
 # Unicode's control characters (category Cc), as prme._valid_user_id spells them out.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -55,3 +81,113 @@ def valid_user_id(user_id: object) -> str:
     ):
         raise InvalidInput("user_id must be 1 to 256 characters without control characters or surrounding spaces")
     return require_utf8("user_id", user_id)
+
+
+class JSONTooDeep(InvalidInput):
+    """A JSON document nests deeper than a limit (an :class:`InvalidInput`, PR422)."""
+
+
+def json_depth_exceeds(value: object, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` (plain JSON data: dicts, lists, scalars) nests deeper than ``max_depth``.
+
+    Iterative, so a document nested a million levels deep (or one that contains itself)
+    is answered without recursion: it stops at the first container below ``max_depth``.
+    """
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, Mapping | list | tuple))
+    return False
+
+
+def check_json_depth(argument: str, value: object, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """:class:`InvalidInput` when ``value`` nests deeper than ``max_depth`` levels (see MAX_JSON_DEPTH)."""
+    if json_depth_exceeds(value, max_depth):
+        raise JSONTooDeep(f"{argument} must nest at most {max_depth} levels deep")
+
+
+def loads_bounded(data: bytes | str, argument: str = "the document", max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON text; anything that is not JSON nested at most ``max_depth`` deep is :class:`InvalidInput`.
+
+    ``json.loads`` recurses: a document nested deeper than the interpreter's recursion
+    limit raises RecursionError, which is turned into InvalidInput here like any other
+    parse failure, so no reader of untrusted text has to know about it.
+    """
+    try:
+        document = json.loads(data)
+    except RecursionError:
+        raise JSONTooDeep(f"{argument} must nest at most {max_depth} levels deep") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidInput(f"{argument} is not one JSON document: {exc}") from None
+    check_json_depth(argument, document, max_depth)
+    return document
+
+
+class _Refused(ValueError):
+    """Raised by loads_strict's parser hooks; json.loads passes it on unchanged."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _Refused(f"duplicate key {key[:80]!r}")
+        document[key] = value
+    return document
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a JSON number")
+
+
+def _exact_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"number {text[:40]} is out of range")
+    if Decimal(repr(value)) != Decimal(text):
+        raise _Refused(f"number {text[:40]} has no exact double form (send it as a string to keep every digit)")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() parses (sys.get_int_max_str_digits)
+        raise _Refused(f"integer {text[:40]}... is too long") from None
+
+
+def loads_strict(data: bytes | str, argument: str = "the body", max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON text as strictly as an API must, or raise :class:`InvalidInput` saying why.
+
+    Beyond :func:`loads_bounded`: text must be UTF-8; ``NaN``, ``Infinity`` and numbers out of
+    double range (``1e400``) are refused, not turned into floats nobody can store; an
+    object with a duplicate key is refused, not kept with its last value; and a number
+    with a fraction or exponent must have an exact double form (its shortest double
+    reads back as the same decimal: ``0.1`` yes, ``0.10000000000000000001`` no), so that
+    what is stored is what was sent. Integers are exact at any size.
+    """
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        document = json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_exact_float,
+            parse_int=_integer,
+        )
+    except _Refused as exc:
+        raise InvalidInput(f"{argument} is refused: {exc}") from None
+    except RecursionError:
+        raise JSONTooDeep(f"{argument} must nest at most {max_depth} levels deep") from None
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError
+        raise InvalidInput(f"{argument} is not one JSON document: {exc}") from None
+    check_json_depth(argument, document, max_depth)
+    return document

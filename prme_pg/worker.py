@@ -137,8 +137,12 @@ def run_batch(
     return BatchResult.from_outcomes([str(row[0]) for row in rows])
 
 
+#: Seconds a (re)connection may take: a server that does not answer is "lost", not waited for.
+CONNECT_TIMEOUT = 5
+
+
 def _connect(dsn: str) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(dsn, autocommit=True, application_name="prme-pg worker")
+    conn = psycopg.connect(dsn, autocommit=True, application_name="prme-pg worker", connect_timeout=CONNECT_TIMEOUT)
     conn.execute(LISTEN_SQL)
     return conn
 

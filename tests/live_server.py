@@ -10,15 +10,18 @@ from contextlib import contextmanager
 import uvicorn
 
 from prme_pg import AsyncMemoryClient, testing
-from prme_pg.http import create_app
+from prme_pg.http import Limits, create_app, uvicorn_options
 
 
 @contextmanager
-def serve(dsn: str, *, max_size: int = 4) -> Iterator[str]:
-    """Serve prme_pg.http over the database at dsn; yield the base URL; stop on exit."""
+def serve(dsn: str, *, max_size: int = 4, limits: Limits | None = None) -> Iterator[str]:
+    """Serve prme_pg.http over the database at dsn, as prme-pg serve does (its limits and
+    protocol options); yield the base URL; stop on exit."""
     port = testing.free_port()
-    app = create_app(AsyncMemoryClient(dsn, max_size=max_size))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    limits = limits or Limits()
+    app = create_app(AsyncMemoryClient(dsn, max_size=max_size), limits=limits)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **uvicorn_options(limits))
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

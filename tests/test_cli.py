@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -28,7 +29,9 @@ def test_demo_runs_twice_on_the_same_pack(tmp_path: Path, capsys: pytest.Capture
     assert cli.main(["demo", str(pack)]) == 0, "reopening the pack keeps working"
 
 
-def test_token_create_and_revoke(db_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_token_create_and_revoke(
+    db_dsn: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert cli.main(["token", "create", "--dsn", db_dsn, "--user", "alice", "--label", "laptop"]) == 0
     token = capsys.readouterr().out.strip()
     parsed = parse_token(token)
@@ -37,8 +40,10 @@ def test_token_create_and_revoke(db_dsn: str, capsys: pytest.CaptureFixture[str]
     with MemoryClient(db_dsn) as memory:
         assert memory.authenticate_api_token("alice", parsed.sha256)
         assert not memory.authenticate_api_token("bob", parsed.sha256)
-    assert cli.main(["token", "revoke", "--dsn", db_dsn, token]) == 0
-    assert cli.main(["token", "revoke", "--dsn", db_dsn, token, "--json"]) == 1
+    monkeypatch.setattr(sys, "stdin", io.StringIO(token))  # never on the command line (issue 17)
+    assert cli.main(["token", "revoke", "--dsn", db_dsn]) == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO(token))
+    assert cli.main(["token", "revoke", "--dsn", db_dsn, "--json"]) == 1
     assert '"revoked": false' in capsys.readouterr().out
     with MemoryClient(db_dsn) as memory:
         assert not memory.authenticate_api_token("alice", parsed.sha256)

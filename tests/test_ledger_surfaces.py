@@ -1,5 +1,5 @@
 """The operations ledger through both clients and the HTTP API (real PostgreSQL; HTTP over
-a real socket): submit and receipt rules, owner isolation, /ready's backlog, and the
+a real socket): submit and receipt rules, owner isolation, the ledger's backlog, and the
 Server-Sent Events streams with resume. The SQL itself is tested in the ledger's own tests.
 """
 
@@ -242,13 +242,12 @@ def test_http_owners_are_isolated(api: Api) -> None:
         _problem(alice.post("/api/v2/operations", json=_body(dependencies=[bobs_only["operation_id"]])), 404, "PR404")
 
 
-def test_ready_reports_the_ledger_backlog(api: Api) -> None:
+def test_the_ledger_backlog_is_an_authenticated_route(api: Api) -> None:
+    """GET /api/v2/ledger (a token): what /ready showed before it answered without one (issue 17)."""
     with api.client(api.alice) as http:
-        before = http.get("/ready")
+        before = http.get("/api/v2/ledger")
         assert before.status_code == 200, before.text
-        ready = before.json()
-        assert ready["ready"] is True and ready["accepts_writes"] is True and ready["migrations_current"] is True
-        assert ready["ledger"] == {
+        assert before.json() == {
             "accepting": True,
             "ready": 0,
             "blocked": 0,
@@ -258,7 +257,7 @@ def test_ready_reports_the_ledger_backlog(api: Api) -> None:
             "oldest_ready_age_seconds": None,
         }
         assert http.post("/api/v2/operations", json=_body()).status_code == 202
-        ledger = http.get("/ready").json()["ledger"]
+        ledger = http.get("/api/v2/ledger").json()
         assert ledger["ready"] == 1 and ledger["pending"] == 1
         assert ledger["oldest_ready_at"] is not None and ledger["oldest_ready_age_seconds"] >= 0
 

@@ -103,7 +103,7 @@ def test_serve_metrics_on_their_own_bind(db_dsn: str) -> None:
             assert http.get(f"/v1/nodes/{uuid.uuid4()}").status_code == 404
             assert http.get("/nowhere").status_code == 404
             assert http.get("/metrics").status_code == 404, "not on the API's port"
-        assert httpx.get(f"{base}/ready").status_code == 401
+        assert httpx.get(f"{base}/api/v2/ledger").status_code == 401  # refused by the owner gate, before routing
 
         scrape = httpx.get(metrics_url, headers={"Accept": "application/openmetrics-text; version=1.0.0"})
         assert scrape.status_code == 200
@@ -121,7 +121,7 @@ def test_serve_metrics_on_their_own_bind(db_dsn: str) -> None:
     node = "/v1/nodes/{node_id}"
     assert requests("GET", node, 200) == 2 and requests("GET", node, 404) == 1
     assert requests("POST", "/v1/nodes", 201) == 1 and requests("GET", "/health", 200) == 1
-    assert requests("GET", "/ready", 401) == 1
+    assert requests("GET", "/api/v2/ledger", 401) == 1
     assert requests("GET", "unmatched", 404) == 2, "/nowhere and /metrics, without their paths as labels"
     assert samples[("prme_http_request_duration_seconds_count", (("method", "GET"), ("route", node)))] == 3
     assert samples[("prme_pool_max_connections", ())] == 3

@@ -185,9 +185,11 @@ def test_cli_usage_errors_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest
     assert cli.main([]) == 2
 
 
-def test_cli_unreachable_database_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_unreachable_database_exits_1(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "300")  # rich wraps at the terminal's width: count printed lines
     assert cli.main(["status", "--dsn", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"]) == 1
-    assert "database error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot connect to the database" in err and len(err.strip().splitlines()) == 1  # one line (issue 17)
 
 
 def test_migrations_and_sql_directory_build_the_same_catalog(pg_server: testing.Server, empty_dsn: str) -> None:

@@ -115,6 +115,7 @@ __all__ = [
     "AUTHENTICATE_API_TOKEN",
     "CREATE_API_TOKEN",
     "CURRENT_SNAPSHOT",
+    "DEFAULT_STATEMENT_TIMEOUT",
     "GET_NODE",
     "GET_SNAPSHOT",
     "JOURNAL_RECORDS",
@@ -125,12 +126,14 @@ __all__ = [
     "REINFORCE",
     "REPLAY_NODE",
     "REVOKE_API_TOKEN",
+    "SET_STATEMENT_TIMEOUT",
     "VERIFY_JOURNAL",
     "AsyncPostgresBackend",
     "Call",
     "PostgresBackend",
     "is_dsn",
     "statement",
+    "statement_timeout_setting",
     "translate_error",
     "translate_errors",
 ]
@@ -996,6 +999,43 @@ _CONNECTION_KWARGS: dict[str, Any] = {
     "autocommit": True,
 }
 
+#: Seconds any one call may run on a pooled connection before the server cancels it
+#: (57014, ``psycopg.errors.QueryCanceled``): one owner's expensive call cannot hold a
+#: connection, and the database's CPU, for longer (docs/CLIENTS.md). None: the server's own.
+DEFAULT_STATEMENT_TIMEOUT = 30.0
+SET_STATEMENT_TIMEOUT: LiteralString = "SELECT pg_catalog.set_config('statement_timeout', %s, false)"
+
+
+def statement_timeout_setting(seconds: float | None) -> str | None:
+    """The setting's text for a timeout in seconds (None: leave the server's setting)."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 86400:
+        raise ValueError(f"statement_timeout must be a number of seconds in (0, 86400] or None, got {seconds!r}")
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _configure_sync(setting: str | None) -> Callable[[psycopg.Connection[Any]], None] | None:
+    """The pool's ``configure`` callback: each new connection gets the statement_timeout, once
+    (a session setting: one round trip per connection, none per call)."""
+    if setting is None:
+        return None
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(SET_STATEMENT_TIMEOUT, [setting])
+
+    return configure
+
+
+def _configure_async(setting: str | None) -> Callable[[psycopg.AsyncConnection[Any]], Any] | None:
+    if setting is None:
+        return None
+
+    async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(SET_STATEMENT_TIMEOUT, [setting])
+
+    return configure
+
 
 class PostgresBackend:
     """Runs requests on a :class:`psycopg_pool.ConnectionPool`."""
@@ -1005,7 +1045,14 @@ class PostgresBackend:
 
     @classmethod
     def connect(
-        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0, **kwargs: Any
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+        **kwargs: Any,
     ) -> PostgresBackend:
         pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn,
@@ -1013,6 +1060,7 @@ class PostgresBackend:
             max_size=max_size,
             timeout=timeout,
             kwargs={**_CONNECTION_KWARGS, **kwargs},
+            configure=_configure_sync(statement_timeout_setting(statement_timeout)),
             open=False,
             name="prme-pg",
         )
@@ -1043,7 +1091,14 @@ class AsyncPostgresBackend:
 
     @classmethod
     def create(
-        cls, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0, **kwargs: Any
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+        **kwargs: Any,
     ) -> AsyncPostgresBackend:
         pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
             dsn,
@@ -1051,6 +1106,7 @@ class AsyncPostgresBackend:
             max_size=max_size,
             timeout=timeout,
             kwargs={**_CONNECTION_KWARGS, **kwargs},
+            configure=_configure_async(statement_timeout_setting(statement_timeout)),
             open=False,
             name="prme-pg",
         )

@@ -1,11 +1,11 @@
 """The HTTP API: FastAPI over :class:`~prme_pg.AsyncMemoryClient`.
 
-Every route but those in :data:`PUBLIC_PATHS` (``/health``, the API's own description:
-``/openapi.json``, ``/docs``, ``/redoc``, and the console's static pages under ``/ui/``)
-needs ``Authorization: Bearer <token>``; a token acts for exactly one owner (see :mod:`prme_pg.tokens`), so no route
-takes a user_id. A request body must be JSON (415 otherwise); a created resource's 201
-(or an accepted operation's 202) carries its ``Location``.
-Errors are RFC 9457 problem+json whose ``type`` names the SQLSTATE. A retried
+Every route but the public ones (:func:`is_public`: ``/health``, ``/ready``, the API's own
+description: ``/openapi.json``, ``/docs``, ``/redoc``, and the console's static pages under
+``/ui/``) needs ``Authorization: Bearer <token>``; a token acts for exactly one owner
+(see :mod:`prme_pg.tokens`), so no route takes a user_id. A request body must be JSON
+(415 otherwise); a created resource's 201 (or an accepted operation's 202) carries its
+``Location``. Errors are RFC 9457 problem+json whose ``type`` names the SQLSTATE. A retried
 confirmation with the same ``Idempotency-Key`` counts once and is answered with
 ``Idempotent-Replayed: true``. Install with the ``http`` extra; serve with
 ``prme-pg serve``.
@@ -29,17 +29,14 @@ from .. import __version__
 from ..aio import AsyncMemoryClient
 from . import console, ledger, maintenance, nodes, ops, recall, review
 from .dependencies import json_body
-from .problems import EXCEPTION_HANDLERS
+from .gate import PUBLIC_PATHS, PUBLIC_PREFIX, OwnerGate, is_public
+from .limits import Limits, uvicorn_options
+from .problems import EXCEPTION_HANDLERS, problem_responses
 
 if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
 
-__all__ = ["PUBLIC_PATHS", "ROUTERS", "create_app"]
-
-#: What answers without a token: liveness, the API's description, and the review console's
-#: static pages (every path under /ui/; the page asks for a token and sends it with each API
-#: call). None of them holds data.
-PUBLIC_PATHS = ("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/ui/")
+__all__ = ["PUBLIC_PATHS", "PUBLIC_PREFIX", "ROUTERS", "Limits", "create_app", "is_public", "uvicorn_options"]
 
 # In this order in the OpenAPI document (the console's pages are not in it).
 ROUTERS: tuple[APIRouter, ...] = (
@@ -53,12 +50,17 @@ ROUTERS: tuple[APIRouter, ...] = (
 )
 
 
-def create_app(client: AsyncMemoryClient, *, metrics: ServiceMetrics | None = None) -> FastAPI:
+def create_app(
+    client: AsyncMemoryClient, *, limits: Limits | None = None, metrics: ServiceMetrics | None = None
+) -> FastAPI:
     """The ASGI app over an (unopened) client; the app opens and closes it.
 
-    With ``metrics``, every request is counted and timed into it (:mod:`.metrics`; the
+    ``limits`` bound what one request and one owner may cost (:mod:`.limits`; the header
+    limit is the server's: serve the app with ``uvicorn_options(limits)``). With
+    ``metrics``, every request is counted and timed into it (:mod:`.metrics`; the
     ``/metrics`` route is served by :func:`.metrics.metrics_app`, on a bind of its own).
     """
+    limits = limits or Limits()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -74,10 +76,21 @@ def create_app(client: AsyncMemoryClient, *, metrics: ServiceMetrics | None = No
         dependencies=[Depends(json_body)],
     )
     app.state.client = client  # what the Client dependency hands to each route
+    app.state.limits = limits
+    pool = getattr(client.backend, "pool", None)
+    app.add_middleware(
+        OwnerGate,
+        limits=limits,
+        requests_per_owner=limits.requests_per_owner(pool and pool.max_size),
+        routes=[route for router in ROUTERS for route in router.routes],
+    )
     for router in ROUTERS:
-        app.include_router(router)
+        # Every route but the public ones (ops, the console's pages) may meet the gate's limits.
+        public = router in (ops.router, console.router)
+        app.include_router(router, responses={} if public else problem_responses(413, 429))
     if metrics is not None:
         from .metrics import MetricsMiddleware  # prometheus-client only when metrics are on
 
+        # Added last, so outermost: it also counts what the owner gate refuses.
         app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

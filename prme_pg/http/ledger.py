@@ -9,20 +9,25 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter, Response
+import psycopg
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
+from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..aio import AsyncMemoryClient
-from ..models import OperationEvent, Receipt
-from .dependencies import Client, Owner
+from ..models import LedgerStatus, OperationEvent, Receipt
+from ..sqlstate import describe
+from ..tokens import ParsedToken
+from .dependencies import Client, Owner, Token
 from .fields import LOCATION_HEADER
 from .problems import problem_responses
 from .sse import EVENT_STREAM, After, LastEventId, MaxSeconds, event_stream, message, resume_after
+from .strict_json import StrictJSONRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
 # A stream polls for new events every POLL_SECONDS, STREAM_BATCH events per query.
 POLL_SECONDS = 0.5
@@ -77,6 +82,31 @@ class ReceiptOut(BaseModel):
         return cls(**fields)
 
 
+class LedgerBacklog(BaseModel):
+    """The ledger's backlog across owners: counts and one age, nothing of any one owner (docs/LEDGER.md)."""
+
+    accepting: bool = Field(description="this server accepts submits (not a read-only standby)")
+    ready: int = Field(description="accepted operations waiting for the executor")
+    blocked: int = Field(description="operations waiting for their dependencies")
+    processing: int = Field(description="operations claimed or being retried")
+    pending: int = Field(description="ready + blocked + processing")
+    oldest_ready_at: datetime | None
+    oldest_ready_age_seconds: float | None = Field(description="age of the oldest unfinished claimable operation")
+
+    @classmethod
+    def of(cls, status: LedgerStatus) -> LedgerBacklog:
+        age = status.oldest_ready_age
+        return cls(
+            accepting=status.accepting,
+            ready=status.ready,
+            blocked=status.blocked,
+            processing=status.processing,
+            pending=status.ready + status.blocked + status.processing,
+            oldest_ready_at=status.oldest_ready_at,
+            oldest_ready_age_seconds=None if age is None else age.total_seconds(),
+        )
+
+
 def _message(event: OperationEvent) -> str:
     """One operation event as a Server-Sent Events message."""
     data = {
@@ -91,24 +121,43 @@ def _message(event: OperationEvent) -> str:
 
 
 async def _poll(
-    client: AsyncMemoryClient, user_id: str, operation_id: UUID | None, after_seq: int, max_seconds: float
+    client: AsyncMemoryClient,
+    token: ParsedToken,
+    operation_id: UUID | None,
+    after_seq: int,
+    max_seconds: float,
+    recheck_seconds: float,
 ) -> AsyncIterator[str]:
-    """History after after_seq, then new events as they are polled, until max_seconds have passed."""
+    """History after after_seq, then new events as they are polled, until max_seconds have passed.
+
+    The token is checked again every ``recheck_seconds``: a stream opened before its token
+    was revoked ends within that long, with an ``error`` event (status 401) as its last."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_seconds
+    recheck_at = loop.time() + recheck_seconds
     yield ": prme-pg operation events\n\n"
-    while True:
-        events = await client.operation_events(
-            user_id=user_id, after_seq=after_seq, operation_id=operation_id, max_count=STREAM_BATCH
-        )
-        for event in events:
-            yield _message(event)
-            after_seq = event.seq
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return
-        if len(events) < STREAM_BATCH:
-            await asyncio.sleep(min(POLL_SECONDS, remaining))
+    try:
+        while True:
+            events = await client.operation_events(
+                user_id=token.user_id, after_seq=after_seq, operation_id=operation_id, max_count=STREAM_BATCH
+            )
+            for event in events:
+                yield _message(event)
+                after_seq = event.seq
+            now = loop.time()
+            if now >= recheck_at:
+                recheck_at = now + recheck_seconds
+                if not await client.authenticate_api_token(token.user_id, token.sha256):
+                    yield message(after_seq, "error", {"status": 401, "detail": "the bearer token was revoked"})
+                    return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            if len(events) < STREAM_BATCH:
+                await asyncio.sleep(min(POLL_SECONDS, remaining, max(0.0, recheck_at - loop.time())))
+    except (psycopg.Error, PoolTimeout) as exc:  # the response has started: say so in the stream, then end it
+        detail = f"the database is unavailable: {describe(exc)}"
+        yield message(after_seq, "error", {"status": 503, "detail": detail})
 
 
 @router.post(
@@ -171,25 +220,36 @@ async def get_receipt(operation_id: UUID, user_id: Owner, client: Client) -> Rec
 )
 async def operation_events(
     operation_id: UUID,
-    user_id: Owner,
+    token: Token,
     client: Client,
+    request: Request,
     after: After = 0,
     max_seconds: MaxSeconds = 30,
     last_event_id: LastEventId = None,
 ) -> StreamingResponse:
     """The events of one operation as Server-Sent Events (docs/LEDGER.md)."""
     start = resume_after(last_event_id, after)
-    await client.get_receipt(operation_id, user_id=user_id)  # 404 before the stream starts
-    return event_stream(_poll(client, user_id, operation_id, start, max_seconds))
+    await client.get_receipt(operation_id, user_id=token.user_id)  # 404 before the stream starts
+    recheck = request.app.state.limits.token_recheck_seconds
+    return event_stream(_poll(client, token, operation_id, start, max_seconds, recheck))
 
 
 @router.get("/api/v2/events", response_class=StreamingResponse, tags=["ledger"], responses=_STREAM_RESPONSES)
 async def events(
-    user_id: Owner,
+    token: Token,
     client: Client,
+    request: Request,
     after: After = 0,
     max_seconds: MaxSeconds = 30,
     last_event_id: LastEventId = None,
 ) -> StreamingResponse:
     """The events of all the token owner's operations as Server-Sent Events, in seq order."""
-    return event_stream(_poll(client, user_id, None, resume_after(last_event_id, after), max_seconds))
+    recheck = request.app.state.limits.token_recheck_seconds
+    return event_stream(_poll(client, token, None, resume_after(last_event_id, after), max_seconds, recheck))
+
+
+@router.get("/api/v2/ledger", response_model=LedgerBacklog, tags=["ledger"], responses=problem_responses(401, 503))
+async def ledger_backlog(_: Owner, client: Client) -> LedgerBacklog:
+    """The executor's backlog across owners (counts and one age; no owner's operations): what
+    GET /ready showed before it answered without a token."""
+    return LedgerBacklog.of(await client.ledger_status())

@@ -25,10 +25,11 @@ from .dependencies import Client, Owner
 from .fields import LOCATION_HEADER, REPLAYED_HEADER, IdempotencyKey, Number
 from .nodes import NodeOut
 from .problems import problem_responses
+from .strict_json import StrictJSONRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
 
 class OutcomeIn(BaseModel):

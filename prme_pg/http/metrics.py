@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -74,7 +76,15 @@ def metrics_app(service: ServiceMetrics) -> FastAPI:
 
 
 async def serve(
-    api: ASGIApp, service: ServiceMetrics, *, host: str, port: int, metrics_host: str, metrics_port: int, log_level: str
+    api: ASGIApp,
+    service: ServiceMetrics,
+    *,
+    host: str,
+    port: int,
+    metrics_host: str,
+    metrics_port: int,
+    log_level: str,
+    api_options: Mapping[str, Any] | None = None,
 ) -> None:
     """Serve the API and its metrics app side by side in this event loop, until SIGTERM or SIGINT.
 
@@ -84,7 +94,8 @@ async def serve(
     import uvicorn
 
     servers = [
-        uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level=log_level)),
+        # api_options: the API server's protocol options (its head limit: prme_pg.http.uvicorn_options).
+        uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level=log_level, **(api_options or {}))),
         uvicorn.Server(
             uvicorn.Config(
                 metrics_app(service), host=metrics_host, port=metrics_port, log_level=log_level, lifespan="off"

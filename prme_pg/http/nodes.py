@@ -14,10 +14,11 @@ from ..models import Event, Node
 from .dependencies import Client, Owner
 from .fields import LOCATION_HEADER, REPLAYED_HEADER, IdempotencyKey, Number
 from .problems import problem_responses
+from .strict_json import StrictJSONRoute
 
 __all__ = ["NodeOut", "router"]
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
 
 class NodeOut(BaseModel):
@@ -75,6 +76,11 @@ class NodeIn(BaseModel):
     stability: str = "low"
     decay_profile: str = "medium"
     next_review_at: datetime | None = None
+    node_id: UUID | None = Field(
+        default=None,
+        description="chosen by the client, so that a retry after a lost response cannot store the memory twice: "
+        "the retry is 409 and GET /v1/nodes/{node_id} reads what the first attempt stored",
+    )
 
 
 class EventIn(BaseModel):
@@ -86,6 +92,11 @@ class EventIn(BaseModel):
     kind: str = "message"
     payload: dict[str, Any] = Field(default_factory=dict)
     occurred_at: datetime | None = None
+    event_id: UUID | None = Field(
+        default=None,
+        description="chosen by the client, so that a retry after a lost response cannot record the evidence "
+        "twice: the retry is 409 (the evidence is stored under this id)",
+    )
 
 
 class ReinforceIn(BaseModel):
@@ -100,7 +111,7 @@ class ReinforceIn(BaseModel):
     response_model=NodeOut,
     tags=["memories"],
     responses={
-        **problem_responses(401, 415, 422, 503),
+        **problem_responses(401, 409, 415, 422, 503, s409="a memory with this node_id exists (a retry, or a reuse)"),
         201: {"description": "the new memory", "headers": LOCATION_HEADER},
     },
 )
@@ -124,7 +135,7 @@ async def get_node(node_id: UUID, user_id: Owner, client: Client) -> NodeOut:
     status_code=201,
     response_model=EventOut,
     tags=["evidence"],
-    responses=problem_responses(401, 422, 503),
+    responses=problem_responses(401, 409, 422, 503, s409="evidence with this event_id exists (a retry, or a reuse)"),
 )
 async def add_event(body: EventIn, user_id: Owner, client: Client) -> EventOut:
     """Record immutable evidence for the token's owner."""

@@ -2,46 +2,27 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import asyncio
 from functools import cache
+from typing import Literal
 
 import psycopg
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from psycopg_pool import PoolTimeout
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import __version__, migrations
-from ..errors import PrmeError
-from ..models import LedgerStatus
-from .dependencies import Client, Owner
-from .problems import problem_responses
+from ..aio import AsyncMemoryClient
+from ..sqlstate import describe
+from .dependencies import Client
+from .strict_json import StrictJSONRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
-
-class LedgerReadiness(BaseModel):
-    accepting: bool = Field(description="this server accepts submits (not a read-only standby)")
-    ready: int = Field(description="accepted operations waiting for the executor")
-    blocked: int = Field(description="operations waiting for their dependencies")
-    processing: int = Field(description="operations claimed or being retried")
-    pending: int = Field(description="ready + blocked + processing")
-    oldest_ready_at: datetime | None
-    oldest_ready_age_seconds: float | None = Field(description="age of the oldest unfinished claimable operation")
-
-    @classmethod
-    def of(cls, status: LedgerStatus) -> LedgerReadiness:
-        age = status.oldest_ready_age
-        return cls(
-            accepting=status.accepting,
-            ready=status.ready,
-            blocked=status.blocked,
-            processing=status.processing,
-            pending=status.ready + status.blocked + status.processing,
-            oldest_ready_at=status.oldest_ready_at,
-            oldest_ready_age_seconds=None if age is None else age.total_seconds(),
-        )
+#: An accepted operation waiting longer than this for the executor: ``executor`` is false.
+EXECUTOR_STALL_SECONDS = 60
 
 
 class Health(BaseModel):
@@ -49,14 +30,25 @@ class Health(BaseModel):
     version: str
 
 
-class Readiness(BaseModel):
-    ready: bool
-    accepts_writes: bool
-    migrations_current: bool
-    detail: str
-    ledger: LedgerReadiness | None = Field(
-        default=None, description="the operations ledger's backlog; null when it cannot be read"
+class Capabilities(BaseModel):
+    """What the server can do now, each true or false; more may be added (clients ignore unknown ones)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    storage: bool = Field(description="the database answers, accepts writes and has exactly this release's migrations")
+    ledger: bool = Field(description="the operations ledger accepts submits (POST /api/v2/operations)")
+    executor: bool = Field(
+        description=(
+            "accepted operations are being executed: none has waited for the executor (prme-pg worker or "
+            f"pg_cron) longer than {EXECUTOR_STALL_SECONDS} s. Informative: it does not make the server unready"
+        )
     )
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not_ready"] = Field(description="ready when storage and ledger are")
+    capabilities: Capabilities
+    detail: str = Field(description="ready, or why not")
 
 
 @cache
@@ -75,33 +67,43 @@ async def health() -> Health:
     "/ready",
     response_model=Readiness,
     tags=["operations"],
-    responses={**problem_responses(401), 503: {"model": Readiness, "description": "cannot ingest"}},
+    responses={503: {"model": Readiness, "description": "not ready: the reason is in detail"}},
 )
-async def ready(_: Owner, client: Client, response: Response) -> Readiness:
-    """Whether the database accepts writes and has exactly this release's migrations."""
+async def ready(client: Client, request: Request, response: Response) -> Readiness:
+    """Whether the server can take writes: no token (a readiness probe has none) and nothing of
+    any owner. 503 with the reason when it cannot; the ledger's backlog is GET /api/v2/ledger."""
+    timeout = request.app.state.limits.ready_timeout_seconds
     try:
-        accepts_writes, applied = await client.readiness()
-    except (psycopg.OperationalError, PoolTimeout) as exc:
+        async with asyncio.timeout(timeout):
+            capabilities, problems = await _capabilities(client)
+    except TimeoutError:
+        capabilities, problems = _NOTHING, [f"the database did not answer within {timeout:g} s"]
+    except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction):
+        capabilities, problems = _NOTHING, ["the database has no prme schema (run prme-pg migrate)"]
+    except (psycopg.Error, PoolTimeout) as exc:
+        capabilities, problems = _NOTHING, [f"the database is unavailable: {describe(exc)}"]
+    ready = capabilities.storage and capabilities.ledger
+    if not ready:
         response.status_code = 503
-        return Readiness(
-            ready=False, accepts_writes=False, migrations_current=False, detail=f"database unavailable: {exc}"
-        )
+    return Readiness(
+        status="ready" if ready else "not_ready", capabilities=capabilities, detail="; ".join(problems) or "ready"
+    )
+
+
+_NOTHING = Capabilities(storage=False, ledger=False, executor=False)
+
+
+async def _capabilities(client: AsyncMemoryClient) -> tuple[Capabilities, list[str]]:
+    accepts_writes, applied = await client.readiness()
     expected = release_migrations()
-    current = tuple(applied) == expected
     problems = [] if accepts_writes else ["the database does not accept writes"]
-    if not current:
+    if tuple(applied) != expected:
         problems.append(f"migrations differ: database has {len(applied)}, release has {len(expected)}")
     if problems:
-        response.status_code = 503
-    ledger: LedgerReadiness | None = None
-    try:
-        ledger = LedgerReadiness.of(await client.ledger_status())
-    except (psycopg.Error, PoolTimeout, PrmeError):
-        ledger = None  # e.g. a database without the ledger's migrations: readiness says so already
-    return Readiness(
-        ready=not problems,
-        accepts_writes=accepts_writes,
-        migrations_current=current,
-        detail="; ".join(problems) or "ready",
-        ledger=ledger,
-    )
+        return Capabilities(storage=False, ledger=False, executor=False), problems
+    status = await client.ledger_status()
+    if not status.accepting:
+        problems.append("the ledger does not accept submits")
+    age = status.oldest_ready_age
+    executing = status.accepting and (age is None or age.total_seconds() <= EXECUTOR_STALL_SECONDS)
+    return Capabilities(storage=True, ledger=status.accepting, executor=executing), problems

@@ -15,21 +15,26 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, PrmeError
+from ..sqlstate import database_unavailable, describe
 from .dependencies import Unauthorized, UnsupportedMediaType
 
-__all__ = ["EXCEPTION_HANDLERS", "PROBLEM_JSON", "Problem", "problem", "problem_responses"]
+__all__ = ["ERROR_TYPE", "EXCEPTION_HANDLERS", "PROBLEM_JSON", "RETRY_SOON", "Problem", "problem", "problem_responses"]
 
 PROBLEM_JSON = "application/problem+json"
 ERROR_TYPE = "urn:prme-pg:error:"
+#: A 503 or 429 may be retried unchanged, after this long.
+RETRY_SOON = {"Retry-After": "1"}
 
 # The problem each status means unless a route words it for itself (problem_responses).
 _DESCRIBED = {
     401: "missing, malformed, unknown or revoked bearer token",
     404: "not found (missing, archived, or another owner's)",
     409: "idempotency key already used for another node or evidence",
+    413: "the request body is larger than the server's limit",
     415: "the request body is not JSON (Content-Type: application/json)",
     422: "invalid input",
-    503: "the database is unavailable",
+    429: "the token's owner has as many requests in flight as the server allows; retry after Retry-After",
+    503: "the database is unavailable (or did not answer in time); retry after Retry-After",
 }
 
 _TITLES: dict[type[PrmeError], str] = {
@@ -85,10 +90,14 @@ async def _engine_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _invalid_request(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    details = "; ".join(
-        f"{'.'.join(str(p) for p in error.get('loc', ()))}: {error.get('msg', 'invalid')}" for error in exc.errors()
-    )
+    details = "; ".join(_validation_detail(error) for error in exc.errors())
     return problem(422, InvalidInput.sqlstate, "Invalid Input", details or "invalid request")
+
+
+def _validation_detail(error: Any) -> str:
+    if error.get("type") == "json_invalid":  # the strict body parser's reason (prme_pg.http.strict_json)
+        return str(error.get("ctx", {}).get("error") or error.get("msg", "invalid JSON"))
+    return f"{'.'.join(str(p) for p in error.get('loc', ()))}: {error.get('msg', 'invalid')}"
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
@@ -97,7 +106,22 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
-    return problem(503, "unavailable", "Service Unavailable", f"the database is unavailable: {exc}")
+    return problem(
+        503, "unavailable", "Service Unavailable", f"the database is unavailable: {describe(exc)}", RETRY_SOON
+    )
+
+
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    """By SQLSTATE class, not by psycopg's exception type (prme_pg.sqlstate): a lost connection or
+    a statement timeout is 503; a program limit the request ran into (54001 stack depth, say,
+    which psycopg calls an OperationalError) is the request's, 422; anything else is ours, 500."""
+    assert isinstance(exc, psycopg.Error)
+    if database_unavailable(exc):
+        return await _unavailable(request, exc)
+    if exc.sqlstate is not None and exc.sqlstate.startswith("54"):
+        detail = f"the request exceeds a database limit: {describe(exc)}"
+        return problem(422, exc.sqlstate, "Invalid Input", detail)
+    return problem(500, "internal", "Internal Server Error", f"the database failed: {describe(exc)}")
 
 
 # Every error a route raises, as the problem it answers with (FastAPI(exception_handlers=...)).
@@ -107,6 +131,6 @@ EXCEPTION_HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Corouti
     PrmeError: _engine_error,
     RequestValidationError: _invalid_request,
     StarletteHTTPException: _http_error,
-    psycopg.OperationalError: _unavailable,
+    psycopg.Error: _database_error,
     PoolTimeout: _unavailable,
 }

@@ -14,10 +14,11 @@ from ..models import AssembledPrompt, PublishResult, RecallHit, Snapshot
 from .dependencies import Client, Owner
 from .fields import Number
 from .problems import problem_responses
+from .strict_json import StrictJSONRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
 _ETAG_HEADER = {"ETag": {"schema": {"type": "string"}, "description": "the generation id, quoted"}}
 

@@ -17,10 +17,11 @@ from .fields import Number
 from .maintenance import OutcomeOut
 from .nodes import EventOut, NodeOut
 from .problems import problem_responses
+from .strict_json import StrictJSONRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
 Stability = Literal["low", "semi-stable", "stable"]
 LifecycleState = Literal["active", "contested", "superseded", "deprecated", "archived"]

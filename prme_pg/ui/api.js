@@ -53,14 +53,23 @@ export async function call(method, path, { body, query, auth = true, allow = [],
   const headers = { Accept: "application/json" };
   if (auth) headers.Authorization = `Bearer ${token() || ""}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(url, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-    cache: "no-store",
-    credentials: "omit",
-    referrerPolicy: "no-referrer",
-  });
+  const send = () =>
+    fetch(url, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      cache: "no-store",
+      credentials: "omit",
+      referrerPolicy: "no-referrer",
+    });
+  let response = await send();
+  // 429: the owner has as many requests in flight as the server allows (a page loads several
+  // parts at once). The request never ran, so it is sent again after Retry-After, a few times.
+  for (let retry = 0; response.status === 429 && retry < 5; retry += 1) {
+    const seconds = Number(response.headers.get("Retry-After")) || 1;
+    await new Promise((resolve) => setTimeout(resolve, Math.min(seconds, 5) * 1000));
+    response = await send();
+  }
   const text = await response.text();
   let data = null;
   if (text) {

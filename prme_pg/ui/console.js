@@ -179,19 +179,23 @@ async function refreshHealth() {
   } catch {
     pill("health-live", "Server: unreachable", false);
   }
+  try {
+    // Readiness needs no token and shows nothing of any owner (docs/HTTP.md).
+    const ready = await call("GET", "/ready", { auth: false, allow: [503] });
+    const ok = ready.status === "ready";
+    pill("health-ready", ok ? "Database: ready" : `Database: not ready (${ready.detail})`, ok);
+  } catch (error) {
+    pill("health-ready", `Database: ${error.message}`, false);
+  }
   if (!token()) {
-    pill("health-ready", "Database: sign in to see", null);
     pill("health-ledger", "Ledger: sign in to see", null);
     return;
   }
   try {
-    const ready = await call("GET", "/ready", { allow: [503] });
-    pill("health-ready", ready.ready ? "Database: ready" : `Database: not ready (${ready.detail})`, ready.ready);
-    const ledger = ready.ledger;
-    if (ledger) pill("health-ledger", `Ledger: ${ledger.pending} pending, ${ledger.blocked} blocked`, ledger.blocked === 0);
-    else pill("health-ledger", "Ledger: unknown", null);
-  } catch (error) {
-    pill("health-ready", `Database: ${error.message}`, false);
+    const ledger = await call("GET", "/api/v2/ledger");
+    pill("health-ledger", `Ledger: ${ledger.pending} pending, ${ledger.blocked} blocked`, ledger.blocked === 0);
+  } catch {
+    pill("health-ledger", "Ledger: unknown", null);
   }
 }
 
@@ -219,7 +223,7 @@ function signInPage() {
         input.value = "";
         signIn(value);
         try {
-          await call("GET", "/ready", { allow: [503], signingIn: true });
+          await call("GET", "/api/v2/ledger", { signingIn: true });  // any route that needs a token
         } catch (error) {
           signOut();
           const text = error instanceof ApiError && error.status === 401 ? "That token is not valid." : error.message;

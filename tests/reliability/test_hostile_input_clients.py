@@ -44,6 +44,7 @@ from test_hostile_input_sql import (
 
 from prme_pg import MemoryClient
 from prme_pg.errors import IdempotencyConflict, InvalidInput, NotFoundError
+from prme_pg.validation import MAX_JSON_DEPTH
 
 SETTINGS = settings(
     max_examples=60,
@@ -205,6 +206,23 @@ def test_hostile_text_in_add_event(target: Target, argument: str, value: str) ->
     else:
         assert getattr(event, argument) == value
     assert changed(before, target.state()) == {"events": 1}
+
+
+@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH, 800, 100_000])
+def test_a_payload_nested_past_the_limit_is_refused_before_any_write(target: Target, levels: int) -> None:
+    """Issue 17, item 1: before, PostgreSQL stored an 800-level payload (and HTTP then failed to
+    serialise it); 100,000 levels overflowed the client's own recursion. The payload is level 1."""
+    payload: dict[str, Any] = {"v": 1}
+    for _ in range(levels):
+        payload = {"v": payload}
+    refused, error, _ = attempt(
+        target, "add_event depth", lambda: target.client.add_event("e", user_id="erin", payload=payload)
+    )
+    assert refused and isinstance(error, InvalidInput) and f"at most {MAX_JSON_DEPTH} levels" in str(error)
+    shallow: dict[str, Any] = {"v": 1}
+    for _ in range(MAX_JSON_DEPTH - 1):
+        shallow = {"v": shallow}
+    assert target.client.add_event("e", user_id="erin", payload=shallow).payload == shallow
 
 
 @pytest.mark.parametrize("argument", ["content", "user_id"])
