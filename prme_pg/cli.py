@@ -1199,9 +1199,13 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.set_defaults(handler=cmd_token_revoke)
     add_dsn(revoke)
     revoke.add_argument("token", nargs="?", default=None, help=argparse.SUPPRESS)
-    revoke.add_argument("--token-file", default=None, metavar="FILE", help="read the token from FILE ('-': stdin)")
-    revoke.add_argument("--user", default=None, help="with --id: the token's owner (user_id)")
-    revoke.add_argument("--id", dest="token_id", default=None, metavar="ID", help="the token's id (its sha256 hex)")
+    revoke.add_argument(
+        "--token-file", default=None, metavar="FILE", help="read the token from FILE ('-': stdin; default: stdin)"
+    )
+    revoke.add_argument("--user", default=None, help="with --id: the token's owner (user_id; default: none)")
+    revoke.add_argument(
+        "--id", dest="token_id", default=None, metavar="ID", help="the token's id (its sha256 hex; default: none)"
+    )
 
     worker = add("worker", "Run the operations executor until SIGTERM.", cmd_worker)
     add_dsn(worker)
