@@ -11,7 +11,8 @@
   the rest is delivered.
 
 The ledger's failures are real server errors: a trigger installed on the test clone's
-``prme.operations`` raises the SQLSTATE a payload names (``{"fault": "54001"}``).
+``prme.operations`` raises the SQLSTATE an add_node payload's kind names
+(``{"kind": "fault 54001"}``): a field enqueue accepts, so the fault reaches the ledger.
 """
 
 from __future__ import annotations
@@ -39,17 +40,17 @@ ALICE = "alice"
 ROOT = Path(__file__).resolve().parent.parent
 
 FAULT = """
-    IF NEW.payload->>'fault' = 'sleep' THEN
+    IF NEW.payload->>'kind' = 'fault sleep' THEN
         PERFORM pg_sleep(5);
-    ELSIF NEW.payload ? 'fault' THEN
-        RAISE EXCEPTION USING ERRCODE = NEW.payload->>'fault', MESSAGE = 'injected fault';
+    ELSIF NEW.payload->>'kind' LIKE 'fault %' THEN
+        RAISE EXCEPTION USING ERRCODE = substr(NEW.payload->>'kind', 7), MESSAGE = 'injected fault';
     END IF;
 """
 
 
 @pytest.fixture
 def faulty_dsn(db_dsn: str) -> str:
-    """The clone, with submits of a payload holding ``fault`` failing with that SQLSTATE (or sleeping)."""
+    """The clone, with submits of a payload whose kind is ``fault SQLSTATE`` failing with that SQLSTATE (or sleeping)."""
     return install_trigger(db_dsn, "prme.operations", FAULT)
 
 
@@ -149,7 +150,7 @@ def test_a_record_the_ledger_fails_on_is_rejected_and_the_others_delivered(
     good ones included, stayed in submitting for good."""
     outbox = Outbox(tmp_path)
     outbox.enqueue("add_node", {"content": "before"}, user_id=ALICE)
-    bad = outbox.enqueue("add_node", {"content": "bad", "fault": sqlstate}, user_id=ALICE)
+    bad = outbox.enqueue("add_node", {"content": "bad", "kind": f"fault {sqlstate}"}, user_id=ALICE)
     outbox.enqueue("add_node", {"content": "after"}, user_id=ALICE)
     with OutboxSyncer(tmp_path, faulty_dsn) as syncer:
         report = syncer.run_cycle()
@@ -168,7 +169,7 @@ def test_an_unavailable_database_keeps_every_record_for_the_next_cycle(
 ) -> None:
     outbox = Outbox(tmp_path)
     outbox.enqueue("add_node", {"content": "good"}, user_id=ALICE)
-    flaky = outbox.enqueue("add_node", {"content": "flaky", "fault": sqlstate}, user_id=ALICE)
+    flaky = outbox.enqueue("add_node", {"content": "flaky", "kind": f"fault {sqlstate}"}, user_id=ALICE)
     with OutboxSyncer(tmp_path, faulty_dsn) as syncer:
         with pytest.raises(LedgerUnavailable, match=sqlstate):
             syncer.run_cycle()
@@ -233,7 +234,7 @@ def test_a_pending_file_the_worker_may_not_read_is_skipped_and_the_rest_delivere
 def test_the_sync_connection_runs_under_a_statement_timeout(tmp_path: Path, faulty_dsn: str) -> None:
     """A submit the server takes too long over is cancelled (57014: unavailable, retried), not waited for."""
     outbox = Outbox(tmp_path)
-    outbox.enqueue("add_node", {"content": "slow", "fault": "sleep"}, user_id=ALICE)
+    outbox.enqueue("add_node", {"content": "slow", "kind": "fault sleep"}, user_id=ALICE)
     with OutboxSyncer(tmp_path, faulty_dsn, statement_timeout=0.3) as syncer:
         started = time.monotonic()
         with pytest.raises(LedgerUnavailable, match="57014"):
