@@ -20,7 +20,7 @@ import schemathesis
 import schemathesis.checks
 from hypothesis import HealthCheck, given, settings
 
-from prme_pg import MemoryClient
+from prme_pg import MemoryClient, __version__
 from prme_pg.http import PUBLIC_PATHS, PUBLIC_PREFIX, Limits, is_public
 from prme_pg.http.ops import release_migrations
 
@@ -63,7 +63,7 @@ def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]
 
 def test_health_needs_no_token_and_everything_else_does(api: Api) -> None:
     with api.client(None) as http:
-        assert http.get("/health").json()["status"] == "ok"
+        assert http.get("/health").json() == {"status": "ok", "version": __version__, "service": "prme-pg"}
         for method, path in [
             ("GET", "/api/v2/ledger"),
             ("POST", "/v1/nodes"),
@@ -163,6 +163,8 @@ def test_ready_is_503_when_migrations_differ(api: Api) -> None:
     assert response.json() == {
         "status": "not_ready",
         "capabilities": {"storage": False, "ledger": False, "executor": False},
+        "ingestion_ready": False,
+        "search_ready": False,
         "detail": f"migrations differ: database has {len(release_migrations()) + 1}, "
         f"release has {len(release_migrations())}",
     }

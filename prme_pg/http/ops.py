@@ -25,9 +25,14 @@ router = APIRouter(route_class=StrictJSONRoute)
 EXECUTOR_STALL_SECONDS = 60
 
 
+#: What ``/health`` names this service (the reference protocol's health shape carries it).
+SERVICE = "prme-pg"
+
+
 class Health(BaseModel):
     status: str
     version: str
+    service: str = Field(description=f"always {SERVICE!r}")
 
 
 class Capabilities(BaseModel):
@@ -48,6 +53,10 @@ class Capabilities(BaseModel):
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready"] = Field(description="ready when storage and ledger are")
     capabilities: Capabilities
+    ingestion_ready: bool = Field(description="writes and ledger submits are taken now (storage and ledger)")
+    search_ready: bool = Field(
+        description="recall answers now (storage): its index is kept by every write, so there is no warm-up"
+    )
     detail: str = Field(description="ready, or why not")
 
 
@@ -60,7 +69,7 @@ def release_migrations() -> tuple[str, ...]:
 @router.get("/health", response_model=Health, tags=["operations"])
 async def health() -> Health:
     """The process is alive. Needs no token and touches no database."""
-    return Health(status="ok", version=__version__)
+    return Health(status="ok", version=__version__, service=SERVICE)
 
 
 @router.get(
@@ -86,7 +95,11 @@ async def ready(client: Client, request: Request, response: Response) -> Readine
     if not ready:
         response.status_code = 503
     return Readiness(
-        status="ready" if ready else "not_ready", capabilities=capabilities, detail="; ".join(problems) or "ready"
+        status="ready" if ready else "not_ready",
+        capabilities=capabilities,
+        ingestion_ready=ready,
+        search_ready=capabilities.storage,
+        detail="; ".join(problems) or "ready",
     )
 
 

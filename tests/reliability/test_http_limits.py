@@ -329,6 +329,8 @@ def test_ready_needs_no_token_and_shows_no_owner(base: str, tokens: dict[str, st
     assert response.json() == {
         "status": "ready",
         "capabilities": {"storage": True, "ledger": True, "executor": True},
+        "ingestion_ready": True,
+        "search_ready": True,
         "detail": "ready",
     }
 
@@ -346,6 +348,8 @@ def test_ready_is_503_with_the_reason_on_a_database_without_the_schema(pg_server
     assert response.json() == {
         "status": "not_ready",
         "capabilities": {"storage": False, "ledger": False, "executor": False},
+        "ingestion_ready": False,
+        "search_ready": False,
         "detail": "the database has no prme schema (run prme-pg migrate)",
     }
 
