@@ -27,14 +27,20 @@
 -- that finishes later has a larger id, hence larger seqs. See docs/LEDGER.md.
 -- =============================================================================
 
+-- The table checks what the functions rely on: the state machine's consistency
+-- (state, blocked_by, result, error, counters). What prme.submit_operation itself
+-- checks before it writes a row (schema_version, kind, dependencies, payload_hash,
+-- payload) is not checked a second time here: each CHECK is set up for every
+-- statement that writes the table, and submit is the ledger's hot path (migration
+-- ledger_fast_submit dropped five; docs/LEDGER.md, "Performance").
 CREATE TABLE prme.operations (
     user_id text NOT NULL,
     operation_id uuid NOT NULL,
-    schema_version integer NOT NULL CHECK (schema_version = 2),
-    kind text NOT NULL CHECK (kind ~ '^[a-z][a-z0-9_]{0,62}$'),
-    dependencies uuid[] NOT NULL DEFAULT '{}' CHECK (array_position(dependencies, NULL) IS NULL),
-    payload_hash text NOT NULL CHECK (payload_hash ~ '^[0-9a-f]{64}$'),
-    payload jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object'),
+    schema_version integer NOT NULL,
+    kind text NOT NULL,
+    dependencies uuid[] NOT NULL DEFAULT '{}',
+    payload_hash text NOT NULL,
+    payload jsonb NOT NULL,
     state text NOT NULL DEFAULT 'accepted'
     CHECK (state IN ('accepted', 'blocked', 'processing', 'committed', 'rejected')),
     blocked_by uuid[] NOT NULL DEFAULT '{}',
@@ -59,7 +65,8 @@ COMMENT ON TABLE prme.operations IS
 'The operations ledger: writes accepted by prme.submit_operation and applied exactly once by '
 'prme.run_operations. Keyed by the caller''s operation_id within its owner.';
 COMMENT ON COLUMN prme.operations.payload_hash IS
-'sha256 hex of the RFC 8785 canonical form of payload, recomputed by the database on submit.';
+'The sha256 hex of the RFC 8785 canonical form of payload that the client declared; the executor recomputes it '
+'before applying the operation and rejects a mismatch (payload_hash_mismatch). Proven only once committed.';
 COMMENT ON COLUMN prme.operations.blocked_by IS
 'While blocked: the dependencies that have not committed yet, sorted.';
 COMMENT ON COLUMN prme.operations.next_attempt_at IS
