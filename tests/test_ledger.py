@@ -333,7 +333,7 @@ def test_a_resubmit_compares_the_payload_as_a_json_value(conn: psycopg.Connectio
     first = submit(conn, "add_node", payload, operation_id=op)
     assert first["payload_hash"] == hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
     again = conn.execute(
-        "SELECT (r).created FROM (SELECT prme.submit_operation('alice', %s, 2, 'add_node', '{}', %s, %s::jsonb) AS r) s",
+        "SELECT created FROM prme.submit_operation('alice', %s, 2, 'add_node', '{}', %s, %s::jsonb)",
         (
             op,
             first["payload_hash"],
