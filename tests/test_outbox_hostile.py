@@ -50,7 +50,7 @@ FAULT = """
 
 @pytest.fixture
 def faulty_dsn(db_dsn: str) -> str:
-    """The clone, whose submits of a payload of kind ``fault SQLSTATE`` fail with that SQLSTATE (or sleep)."""
+    """The clone, whose submits of an add_node of kind ``fault SQLSTATE`` fail with it (or sleep)."""
     return install_trigger(db_dsn, "prme.operations", FAULT)
 
 
