@@ -334,7 +334,7 @@ def test_upgrading_to_ledger_fast_submit_loses_nothing(pg_server: testing.Server
             assert _rows(conn) == before
             assert conn.execute(events).fetchall() == before_events
             assert checks_before is not None
-            assert conn.execute(constraints + " AND contype = 'c'").fetchone() == (checks_before[0] - 5,)
+            assert conn.execute(constraints + " AND contype = 'c'").fetchone() == (checks_before[0] - 2,)
             for n in ("01", "02"):
                 assert conn.execute(f"SELECT created FROM ({LEDGER_BEFORE % {'n': n}}) AS r").fetchone() == (False,)
             outcomes = conn.execute("SELECT outcome FROM prme.run_operations(10, 'upgrade-test')").fetchall()
