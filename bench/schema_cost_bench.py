@@ -1,9 +1,10 @@
-"""What a schema change costs the hot path: prme.reinforce on two schemas, side by side.
+"""What a schema change costs the hot path: prme.reinforce (or a ledger submit) on two schemas, side by side.
 
 Run from the repository root:
 
     .venv/bin/python bench/schema_cost_bench.py                      # the last migration vs the one before
     .venv/bin/python bench/schema_cost_bench.py --old 6 --new 7 --extra-sql FILE   # FILE run on top of --new
+    .venv/bin/python bench/schema_cost_bench.py --workload submit --old 12 --new 12 --extra-sql FILE
 
 It starts a throwaway cluster (synchronous_commit off: this measures server work, not
 the disk), builds four databases -- old, new, and a second copy of each as the noise
@@ -15,7 +16,9 @@ the two copies of one schema show how far apart identical databases measure.
 Used for migration 0007: three generated columns on prme.node_maintenance (which every
 confirmation writes) made reinforce 0.82x as fast, so they were not shipped; and for 0008,
 which keeps the same three values as plain columns set by the statements that already
-write the row: 0.98x to 1.00x, inside the noise (docs/MAINTENANCE.md, "Scale").
+write the row: 0.98x to 1.00x, inside the noise (docs/MAINTENANCE.md, "Scale"). With
+--workload submit, for the ledger migration ledger_fast_submit: the CHECK constraints it
+dropped, put back by --extra-sql (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ from rich.table import Table
 from prme_pg import migrations, testing
 
 BENCH_DIR = Path(__file__).resolve().parent
-REINFORCE = BENCH_DIR / "pgbench" / "reinforce_fresh.sql"
+WORKLOADS = {
+    "reinforce": BENCH_DIR / "pgbench" / "reinforce_fresh.sql",
+    "submit": BENCH_DIR / "pgbench" / "submit_fresh.sql",
+}
 NODES, OWNERS = 10_000, 100
 
 
@@ -53,14 +59,14 @@ def build(server: testing.Server, version: int, extra_sql: str) -> str:
     return name
 
 
-def reinforce_rate(cluster: testing.PostgresCluster, database: str, seconds: int) -> float:
+def rate(cluster: testing.PostgresCluster, database: str, seconds: int, script: Path) -> float:
     output = subprocess.run(
         [
             str(cluster.bindir / "pgbench"),
             "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
             "-n", "-M", "prepared", "-c", "4", "-j", "2", "-T", str(seconds),
             "-D", f"nodes={NODES}", "-D", f"owners={OWNERS}", "-D", "rtt=0",
-            "-f", str(REINFORCE), database,
+            "-f", str(script), database,
         ],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
@@ -78,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extra-sql", type=Path, help="SQL run on the new schema after its migrations")
     parser.add_argument("--rounds", type=int, default=6, help="measured rounds (one warm-up round is added)")
     parser.add_argument("--seconds", type=int, default=5, help="seconds per database per round")
+    parser.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="reinforce",
+        help="reinforce: a fresh confirmation (pgbench/reinforce_fresh.sql); submit: a new ledger operation "
+        "(pgbench/submit_fresh.sql; the executor's hash check is not run)",
+    )
     args = parser.parse_args(argv)
     extra = args.extra_sql.read_text() if args.extra_sql else ""
     console = Console()
@@ -98,14 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         order = list(schemas)
         for round_number in range(args.rounds + 1):
             for label in order if round_number % 2 == 0 else order[::-1]:
-                rate = reinforce_rate(cluster, names[label], args.seconds)
+                measured = rate(cluster, names[label], args.seconds, WORKLOADS[args.workload])
                 if round_number:  # round 0 warms the caches
-                    rates[label].append(rate)
+                    rates[label].append(measured)
             console.print(f"round {round_number} done")
     finally:
         cluster.destroy()
     base = statistics.median(rates["old"])
-    table = Table(title=f"prme.reinforce, fresh keys, 4 clients: migration {args.old} vs {args.new}, one run")
+    what = "prme.reinforce, fresh keys" if args.workload == "reinforce" else "prme.submit_operation, new ids"
+    table = Table(title=f"{what}, 4 clients: migration {args.old} vs {args.new}, one run")
     for column in ("schema", "per second (median)", "vs old"):
         table.add_column(column, justify="left" if column == "schema" else "right")
     for label, (version, sql) in schemas.items():

@@ -572,7 +572,8 @@ class AsyncMemoryClient:
     ) -> Receipt:
         """Durably accept an operation into the ledger (``prme.submit_operation``; PostgreSQL only).
 
-        ``payload_hash`` defaults to the sha256 hex of the payload's RFC 8785 form. A new
+        ``payload_hash`` defaults to the sha256 hex of the payload's RFC 8785 form; one that
+        is given must be it (:class:`InvalidInput` otherwise, before any I/O). A new
         ``operation_id`` returns the receipt with ``created=True``; the same id with the same
         operation returns the stored receipt (``created=False``); the same id with anything
         else raises :class:`IdempotencyConflict`.

@@ -348,7 +348,7 @@ def set_maintenance_setting_request(
 
 
 def payload_hash_of(payload: Mapping[str, Any]) -> str:
-    """sha256 hex of the RFC 8785 canonical form of ``payload`` (what ``prme.submit_operation`` recomputes)."""
+    """sha256 hex of the RFC 8785 canonical form of ``payload`` (what the ledger's executor recomputes)."""
     try:
         canonical = rfc8785.dumps(payload)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
@@ -373,13 +373,22 @@ def submit_operation_request(
         deps = tuple(parse_uuid("dependencies", d) for d in dependencies)
     except TypeError:
         raise InvalidInput(f"dependencies must be a list of operation ids, got {dependencies!r}") from None
+    # The database takes a declared hash as given and its executor rejects a wrong one
+    # later (payload_hash_mismatch, docs/LEDGER.md "What a 202 proves"); a client that
+    # holds the payload checks it here, in its own process, and says so at once.
+    computed = payload_hash_of(payload)
+    if payload_hash is not None and payload_hash != computed:
+        raise InvalidInput(
+            f"payload_hash does not match the payload: the sha256 of its RFC 8785 form is {computed}, "
+            f"got {str(payload_hash)[:80]!r}"
+        )
     return SubmitOperation(
         user_id=user_id,
         operation_id=parse_uuid("operation_id", operation_id),
         schema_version=schema_version,
         kind=kind,
         dependencies=deps,
-        payload_hash=payload_hash_of(payload) if payload_hash is None else payload_hash,
+        payload_hash=computed,
         payload=dict(payload),
     )
 
@@ -862,7 +871,8 @@ class MemoryClient:
     ) -> Receipt:
         """Durably accept an operation into the ledger (``prme.submit_operation``; PostgreSQL only).
 
-        ``payload_hash`` defaults to the sha256 hex of the payload's RFC 8785 form. A new
+        ``payload_hash`` defaults to the sha256 hex of the payload's RFC 8785 form; one that
+        is given must be it (:class:`InvalidInput` otherwise, before any I/O). A new
         ``operation_id`` returns the receipt with ``created=True``; the same id with the same
         operation returns the stored receipt (``created=False``); the same id with anything
         else raises :class:`IdempotencyConflict`.

@@ -121,9 +121,8 @@ def test_rfc8785_key_order_example(jcs_conn: psycopg.Connection[Any]) -> None:
         # Numbers are doubles: the nearest one, in its shortest form.
         ("0.1", "0.1"),
         ("0.30000000000000004", "0.30000000000000004"),
-        ("0.10000000000000001", "0.1"),
-        ("123456789012345678", "123456789012345680"),
-        ("9007199254740993", "9007199254740992"),
+        ("18014398509481984", "18014398509481984"),
+        ("10000000000000000000000000", "1e+25"),
         ("1.0", "1"),
         ("-0.0", "0"),
         ("100", "100"),
@@ -147,12 +146,54 @@ def test_edge_cases(jcs_conn: psycopg.Connection[Any], json_text: str, expected:
         assert rfc8785.dumps(parsed).decode() == expected
 
 
-def test_integers_beyond_2_53_are_written_as_their_double(jcs_conn: psycopg.Connection[Any]) -> None:
-    """rfc8785 refuses Python ints outside +-(2^53 - 1); the database, like JavaScript, uses the double."""
-    for value in (2**53 + 1, -(2**60) - 1, 10**25 + 7):
+@pytest.mark.parametrize(
+    "json_text",
+    [
+        "0.10000000000000001",
+        "0.1000000000000000055511151231257827",
+        "123456789012345678",
+        "9007199254740993",
+        "-1152921504606846977",
+        "10000000000000000000000007",
+        '{"a": [1, {"b": 2.00000000000000000001}]}',
+    ],
+)
+def test_numbers_without_an_exact_double_form_are_pr422(jcs_conn: psycopg.Connection[Any], json_text: str) -> None:
+    """Issue 17 item 9: a number whose canonical text denotes another number would share its
+    payload_hash with that number's payload while the executor reads the exact numeric."""
+    with pytest.raises(psycopg.Error) as caught:
+        canonical_text(jcs_conn, json_text)
+    assert caught.value.sqlstate == "PR422"
+    assert "no exact IEEE 754 double form" in caught.value.diag.message_primary
+    with pytest.raises(psycopg.Error) as caught:
+        jcs_conn.execute("SELECT prme.payload_hash(%s::jsonb)", (f'{{"n": {json_text}}}',))
+    assert caught.value.sqlstate == "PR422"
+
+
+def test_integers_beyond_2_53_are_exact_or_refused(jcs_conn: psycopg.Connection[Any]) -> None:
+    """rfc8785 refuses Python ints outside +-(2^53 - 1); the database writes a larger integer as its
+    double when that double's text is the integer itself, and refuses it otherwise."""
+    for value in (2**54, -(10**22), 10**25):
         assert canonical_text(jcs_conn, str(value)) == rfc8785.dumps(float(value)).decode()
+    for value in (2**53 + 1, -(2**60) - 1, 10**25 + 7):
+        with pytest.raises(psycopg.Error) as caught:
+            canonical_text(jcs_conn, str(value))
+        assert caught.value.sqlstate == "PR422"
     with pytest.raises(rfc8785.IntegerDomainError):
         rfc8785.dumps(2**53 + 1)
+
+
+def test_values_nested_deeper_than_32_levels_are_pr422(jcs_conn: psycopg.Connection[Any]) -> None:
+    """prme.ledger_limits().max_payload_depth: the value is level 1, each object or array inside one more."""
+    assert jcs_conn.execute("SELECT max_payload_depth FROM prme.ledger_limits()").fetchone() == (32,)
+    deepest = '{"a": ' + "[" * 31 + "1" + "]" * 31 + "}"  # 32 levels
+    assert canonical_text(jcs_conn, deepest) == deepest.replace(" ", "")
+    for text in ("[" * 33 + "]" * 33, '{"a": ' + "[" * 32 + "]" * 32 + "}", '{"a": ' + "[" * 800 + "]" * 800 + "}"):
+        for call in ("SELECT prme.canonical_json(%s::jsonb)", "SELECT prme.payload_hash(%s::jsonb)"):
+            with pytest.raises(psycopg.Error) as caught:
+                jcs_conn.execute(call, (text,))
+            assert caught.value.sqlstate == "PR422", text[:40]
+            assert "32 levels" in caught.value.diag.message_primary
 
 
 @pytest.mark.parametrize("json_text", ["1e400", "-1e400", '[1, {"x": 1e309}]', "1e-400", "-2e-330"])

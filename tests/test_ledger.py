@@ -273,19 +273,95 @@ def test_same_id_with_anything_else_is_pr409_and_the_original_is_untouched(conn:
     assert len(events(conn, operation_id=op)) == 1
 
 
-def test_payload_hash_is_recomputed_and_a_mismatch_is_pr422(conn: psycopg.Connection[Any]) -> None:
-    op = uuid.uuid4()
+def test_a_wrong_declared_hash_is_accepted_then_rejected_and_never_applied(conn: psycopg.Connection[Any]) -> None:
+    """Issue 16: a 202 proves durable acceptance; the executor checks the hash before it applies."""
+    op, after = uuid.uuid4(), uuid.uuid4()
     wrong = payload_hash(node("something else"))
+    r = submit(conn, "add_node", node("prefers tea"), operation_id=op, hash_=wrong)
+    assert (r["created"], r["state"], r["payload_hash"]) == (True, "accepted", wrong)
+    # A dependent waits for it, and goes down with it.
+    submit(conn, "add_node", node("depends on it"), operation_id=after, dependencies=[op])
+    drain(conn)
+    rejected = receipt(conn, op)
+    assert rejected["state"] == "rejected" and rejected["result"] is None and rejected["attempts"] == 0
+    assert rejected["error"]["reason"] == "payload_hash_mismatch"
+    assert payload_hash(node("prefers tea")) in rejected["error"]["detail"]
+    assert [e["state"] for e in events(conn, operation_id=op)] == ["accepted", "rejected"]
+    assert events(conn, operation_id=op)[-1]["detail"] == {"error": rejected["error"]}
+    assert receipt(conn, after)["error"]["reason"] == "dependency_rejected"
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == 0, "never applied"
+    # The same request again: the stored receipt; the right hash with it: another operation.
+    assert submit(conn, "add_node", node("prefers tea"), operation_id=op, hash_=wrong) == {**rejected, "created": False}
     with pytest.raises(psycopg.Error) as caught:
-        submit(conn, "add_node", node("prefers tea"), operation_id=op, hash_=wrong)
-    assert caught.value.sqlstate == "PR422"
-    assert caught.value.diag.message_detail is not None
-    assert payload_hash(node("prefers tea")) in caught.value.diag.message_detail
-    assert count(conn, "SELECT count(*) FROM prme.operations") == 0
-    # Keys in any order, numbers in any spelling: one canonical form, one hash.
-    payload = {"salience_base": 0.25, "content": "\u00e9t\u00e9 \U0001f600", "confidence_base": 0.7}
-    r = submit(conn, "add_node", payload)
-    assert r["payload_hash"] == hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
+        submit(conn, "add_node", node("prefers tea"), operation_id=op)
+    assert caught.value.sqlstate == "PR409" and caught.value.diag.message_detail == (
+        "the stored operation differs in payload_hash"
+    )
+
+
+def test_a_payload_without_an_exact_hash_is_accepted_then_rejected_as_invalid(conn: psycopg.Connection[Any]) -> None:
+    """Issue 17 item 9: 0.1 and 0.10000000000000000001 have one RFC 8785 form; only the first commits."""
+    exact, inexact = uuid.uuid4(), uuid.uuid4()
+    declared = payload_hash(node("x", confidence_base=0.1))
+    for op, number in ((exact, "0.1"), (inexact, "0.10000000000000000001")):
+        conn.execute(
+            "SELECT prme.submit_operation('alice', %s, 2, 'add_node', '{}', %s, %s::jsonb)",
+            (op, declared, f'{{"content": "x", "confidence_base": {number}}}'),
+        )
+    drain(conn)
+    assert receipt(conn, exact)["state"] == "committed"
+    error = receipt(conn, inexact)["error"]
+    assert (error["reason"], error["sqlstate"]) == ("invalid_payload", "PR422")
+    assert "no exact IEEE 754 double form" in error["message"]
+    assert count(conn, "SELECT count(*) FROM prme.nodes") == 1
+    # A resubmit canonicalises nothing it need not: the same request, the stored receipt.
+    assert (
+        sqlstate(
+            lambda: conn.execute(
+                "SELECT prme.submit_operation('alice', %s, 2, 'add_node', '{}', %s, %s::jsonb)",
+                (inexact, declared, '{"confidence_base": 0.10000000000000000001, "content": "x"}'),
+            )
+        )
+        is None
+    )
+
+
+def test_a_resubmit_compares_the_payload_as_a_json_value(conn: psycopg.Connection[Any]) -> None:
+    """Member order, spacing and number spelling do not make another operation; another value does."""
+    op = uuid.uuid4()
+    payload = {"content": "\u00e9t\u00e9 \U0001f600", "confidence_base": 0.7, "salience_base": 0.25}
+    first = submit(conn, "add_node", payload, operation_id=op)
+    assert first["payload_hash"] == hashlib.sha256(rfc8785.dumps(payload)).hexdigest()
+    again = conn.execute(
+        "SELECT created FROM prme.submit_operation('alice', %s, 2, 'add_node', '{}', %s, %s::jsonb)",
+        (
+            op,
+            first["payload_hash"],
+            r'{ "salience_base": 2.5e-1, "confidence_base": 0.70, "content": "\u00e9t\u00e9 \ud83d\ude00" }',
+        ),
+    ).fetchone()
+    assert again == (False,)
+    with pytest.raises(psycopg.Error) as caught:
+        submit(conn, "add_node", {**payload, "confidence_base": 0.8}, operation_id=op, hash_=first["payload_hash"])
+    assert caught.value.sqlstate == "PR409" and caught.value.diag.message_detail == (
+        "the stored operation differs in payload"
+    )
+
+
+def test_payloads_nested_deeper_than_32_levels_are_pr422_at_submit(conn: psycopg.Connection[Any]) -> None:
+    """Issue 17 item 1 in SQL: refused with PR422 before anything recurses, never 54001."""
+    deepest = {"content": "x", "a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}  # 32 levels
+    assert submit(conn, "add_node", deepest)["created"] is True
+    for depth in (33, 800):
+        payload_text = '{"content": "x", "a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(
+                "SELECT prme.submit_operation('alice', %s, 2, 'add_node', '{}', repeat('0', 64), %s::jsonb)",
+                (uuid.uuid4(), payload_text),
+            )
+        assert caught.value.sqlstate == "PR422"
+        assert caught.value.diag.message_primary == "payload must nest at most 32 levels deep"
+    assert count(conn, "SELECT count(*) FROM prme.operations") == 1
 
 
 @pytest.mark.parametrize(
@@ -296,7 +372,8 @@ def test_payload_hash_is_recomputed_and_a_mismatch_is_pr422(conn: psycopg.Connec
         ({"kind": "delete_everything"}, "unknown kind"),
         ({"kind": None}, "null kind"),
         ({"hash_": "ABC"}, "malformed hash"),
-        ({"hash_": "0" * 64}, "wrong hash"),
+        ({"hash_": "0" * 63 + "G"}, "hash not hex"),
+        ({"hash_": "0" * 65}, "hash too long"),
         ({"user_id": " alice"}, "user_id with spaces"),
     ],
 )

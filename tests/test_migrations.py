@@ -298,3 +298,48 @@ def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -
                 assert _reader_sees(conn, "prme_t_upgrade_reader", "bob") == {"alice": 2}
     finally:
         testing.drop_database(pg_server, name)
+
+
+# -- ledger_fast_submit: operations accepted before it run and resubmit as before -----------
+
+LEDGER_BEFORE = """
+SELECT * FROM prme.submit_operation('alice', 'dddddddd-0000-4000-8000-0000000000%(n)s', 2, 'add_node', '{}',
+                                    prme.payload_hash('{"content": "queued %(n)s"}'), '{"content": "queued %(n)s"}')
+"""
+
+
+def test_upgrading_to_ledger_fast_submit_loses_nothing(pg_server: testing.Server) -> None:
+    """Operations committed and still queued before the migration keep every row; the queued ones
+    commit afterwards (the executor's first look checks their hash, which submit had checked), and
+    a resubmit of either answers with the stored receipt."""
+    every = migrations.load_migrations()
+    target = next(m.version for m in every if m.name == "ledger_fast_submit")
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            migrations.migrate(conn, [m for m in every if m.version < target])
+            conn.execute(FILL_BEFORE.encode())
+            conn.execute(LEDGER_BEFORE % {"n": "01"})
+            conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+            conn.execute(LEDGER_BEFORE % {"n": "02"})
+            events = "SELECT e::text FROM prme.operation_events('alice', 0) AS e ORDER BY 1"
+            before, before_events = _rows(conn), conn.execute(events).fetchall()
+            assert len(before["operations"]) == 2 and before["nodes"], "not vacuous"
+            constraints = "SELECT count(*) FROM pg_constraint WHERE conrelid = 'prme.operations'::regclass"
+            checks_before = conn.execute(constraints + " AND contype = 'c'").fetchone()
+
+            assert [m.version for m in migrations.migrate(conn, every)] == [
+                m.version for m in every if m.version >= target
+            ]
+            assert _rows(conn) == before
+            assert conn.execute(events).fetchall() == before_events
+            assert checks_before is not None
+            assert conn.execute(constraints + " AND contype = 'c'").fetchone() == (checks_before[0] - 2,)
+            for n in ("01", "02"):
+                assert conn.execute(f"SELECT created FROM ({LEDGER_BEFORE % {'n': n}}) AS r").fetchone() == (False,)
+            outcomes = conn.execute("SELECT outcome FROM prme.run_operations(10, 'upgrade-test')").fetchall()
+            assert outcomes == [("committed",)]
+            states = "SELECT state FROM prme.operations ORDER BY operation_id"
+            assert conn.execute(states).fetchall() == [("committed",), ("committed",)]
+    finally:
+        testing.drop_database(pg_server, name)

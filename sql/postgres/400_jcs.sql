@@ -13,7 +13,13 @@
 --     numerics: an integer within 2^53 is written as is, anything else goes
 --     through float8, whose text output (extra_float_digits = 1) is the shortest
 --     round-trip digits and is only re-formatted here. A number out of double
---     range (including one that would round to zero) is PR422.
+--     range (including one that would round to zero) is PR422, and so is a
+--     number whose canonical text, read back as a decimal, is not the number
+--     itself (0.10000000000000000001 -> "0.1", 2^53 + 1 -> "9007199254740992"):
+--     otherwise two payloads the executor reads differently (it reads exact
+--     numerics) would share one payload_hash. One hash, one payload.
+-- Nesting is bounded too (prme._json_too_deep, 32 levels as in
+-- prme.ledger_limits()), before anything recurses into the value.
 -- jsonb cannot hold duplicate keys, NUL characters or lone surrogates, so the
 -- input is already I-JSON; the caller's jsonb cast reports those.
 --
@@ -267,21 +273,50 @@ BEGIN
     -- pay for the subtransaction that catches it.
     IF abs(value) > 1e300 OR abs(value) < 1e-300 THEN
         BEGIN
-            RETURN prme._jcs_double(value::float8);
+            v_text := prme._jcs_double(value::float8);
         EXCEPTION WHEN numeric_value_out_of_range THEN
             RAISE EXCEPTION USING
                 ERRCODE = 'PR422',
                 MESSAGE = 'a JSON number is out of the range of an IEEE 754 double',
                 DETAIL = format('got %s', btrim(to_char(value, '9.9EEEE')));
         END;
+    ELSE
+        v_text := prme._jcs_double(value::float8);
     END IF;
-    RETURN prme._jcs_double(value::float8);
+    -- The canonical text must denote the number itself (rules 1 and 2 hold by
+    -- construction): a decimal between two doubles would share its hash with the
+    -- double's own digits.
+    IF v_text::numeric <> value THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'a JSON number has no exact IEEE 754 double form',
+            DETAIL = format('%s would be hashed as %s; send the number as a string to keep every digit',
+                left(value::text, 40), v_text);
+    END IF;
+    RETURN v_text;
 END;
 $$;
 
 COMMENT ON FUNCTION prme._jcs_number(numeric) IS
 'Internal: a JSON number in RFC 8785 form (the ECMAScript text of the nearest double); PR422 when it is out of '
-'double range.';
+'double range or that text does not denote the number exactly.';
+
+CREATE FUNCTION prme._json_too_deep(value jsonb)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The value itself is level 1 and each object or array inside it one more
+    -- ({"a": [1]} is 2 deep): deeper than 32 means an object or array at path
+    -- level 32 (jsonpath counts the value itself as level 0). Iterative in C;
+    -- prme.submit_operation writes the same test inline.
+    SELECT jsonb_path_exists(value, 'strict $.**{32} ? (@.type() == "object" || @.type() == "array")');
+$$;
+
+COMMENT ON FUNCTION prme._json_too_deep(jsonb) IS
+'Internal: whether a JSON value nests deeper than 32 levels (the value is level 1; prme.ledger_limits()).';
 
 CREATE FUNCTION prme._jcs_key_order(key text)
 RETURNS text
@@ -385,13 +420,17 @@ BEGIN
     IF pg_column_size(value) > 1048576 THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must be at most 1 MiB';
     END IF;
+    IF prme._json_too_deep(value) THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'value must nest at most 32 levels deep';
+    END IF;
     RETURN prme._jcs(value);
 END;
 $$;
 
 COMMENT ON FUNCTION prme.canonical_json(jsonb) IS
 'The RFC 8785 (JCS) canonical text of a JSON value: keys in UTF-16 order, minimal escapes, numbers as '
-'ECMAScript writes doubles. PR422 for a number out of double range or a value over 1 MiB.';
+'ECMAScript writes doubles. PR422 for a number out of double range or without an exact double form, a value '
+'over 1 MiB or one nested deeper than 32 levels.';
 
 CREATE FUNCTION prme.payload_hash(payload jsonb)
 RETURNS text
@@ -407,13 +446,17 @@ BEGIN
     IF pg_column_size(payload) > 1048576 THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be at most 1 MiB';
     END IF;
+    IF prme._json_too_deep(payload) THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must nest at most 32 levels deep';
+    END IF;
     RETURN prme._sha256_hex(prme._jcs(payload));
 END;
 $$;
 
 COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
 'sha256 (lowercase hex) of the RFC 8785 canonical UTF-8 text of payload: the payload_hash that '
-'prme.submit_operation expects. PR422 for a payload over 1 MiB.';
+'prme.submit_operation expects. PR422 for a payload over 1 MiB, nested deeper than 32 levels, or with a number '
+'out of double range or without an exact double form.';
 
 GRANT EXECUTE ON FUNCTION prme.derived_id(uuid) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.canonical_json(jsonb) TO prme_app;

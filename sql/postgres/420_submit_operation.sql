@@ -7,9 +7,19 @@
 --   same id, same operation        -> the stored receipt as it stands now (created = false)
 --   same id, anything else differs -> PR409; the stored operation is untouched
 -- "Same operation" means the same kind, schema_version, dependencies (as a sorted
--- set) and payload_hash. The payload_hash is checked against the payload: the
--- database recomputes the sha256 of its RFC 8785 form and refuses a mismatch
--- (PR422), so a stored hash always describes the stored payload.
+-- set), declared payload_hash and payload (equal as JSON values: the same
+-- members, strings and numbers, whatever the spacing, member order or number
+-- spelling; for every payload that can commit this is equality of canonical
+-- hashes, since the canonicaliser refuses numbers it cannot write exactly).
+-- A first submit checks what it needs to answer correctly and nothing more
+-- (docs/LEDGER.md, "What a 202 proves"): the owner, the id, schema_version, a
+-- known kind, dependencies well-formed and the owner's own, the payload a JSON
+-- object within prme.ledger_limits(), the declared payload_hash 64 lowercase hex
+-- digits. It does not recompute the hash: the executor does, before it applies
+-- the operation (440_run_operations.sql), and rejects a mismatch with reason
+-- payload_hash_mismatch and a payload it cannot canonicalise with reason
+-- invalid_payload. A stored hash therefore describes the stored payload once the
+-- operation has committed, not before.
 -- Dependencies must be operations the same owner has already submitted (PR404
 -- otherwise: an id unknown to this owner, or the operation itself), so there are
 -- no cycles and nothing waits for an operation that will never come.
@@ -19,11 +29,33 @@
 -- prme._notify_ready in 410_operations.sql).
 -- =============================================================================
 
+CREATE FUNCTION prme.ledger_limits(
+    OUT max_payload_bytes integer,
+    OUT max_payload_depth integer,
+    OUT max_dependencies integer
+)
+RETURNS record
+LANGUAGE sql
+IMMUTABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The numbers prme.submit_operation and the canonicaliser enforce (written
+    -- there as literals: a call per submit would cost more than the lookup saves).
+    SELECT 1048576, 32, 100;
+$$;
+
+COMMENT ON FUNCTION prme.ledger_limits() IS
+'The bounds of an operation that prme.submit_operation enforces with PR422: the payload at most '
+'max_payload_bytes (jsonb size) and max_payload_depth levels deep (the payload object is level 1), at most '
+'max_dependencies distinct dependencies.';
+
 CREATE FUNCTION prme._resubmitted(
     op prme.operations,
     kind text,
     dependencies uuid[],
-    payload_hash text
+    payload_hash text,
+    payload jsonb
 )
 RETURNS prme.operation_receipt
 LANGUAGE plpgsql
@@ -42,6 +74,11 @@ BEGIN
     IF op.payload_hash <> payload_hash THEN
         v_differs := v_differs || 'payload_hash'::text;
     END IF;
+    -- jsonb equality: the same value whatever its text (member order, spacing,
+    -- 1.0 or 1), compared in C without canonicalising either side.
+    IF op.payload <> payload THEN
+        v_differs := v_differs || 'payload'::text;
+    END IF;
     IF cardinality(v_differs) > 0 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR409',
@@ -53,9 +90,9 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme._resubmitted(prme.operations, text, uuid[], text) IS
+COMMENT ON FUNCTION prme._resubmitted(prme.operations, text, uuid[], text, jsonb) IS
 'Internal: the answer to a submit whose operation_id is taken: the stored receipt when it is the same '
-'operation, else PR409.';
+'operation (kind, dependencies, declared payload_hash, payload equal as JSON values), else PR409.';
 
 CREATE FUNCTION prme.submit_operation(
     user_id text,
@@ -76,13 +113,13 @@ DECLARE
     v_user_id text := prme._valid_user_id(submit_operation.user_id);
     v_op prme.operations;
     v_dependencies uuid[] := '{}'::uuid[];
-    v_hash text;
     v_missing uuid[];
 BEGIN
     -- Speed matters here (docs/LEDGER.md, Performance): every PL/pgSQL expression
     -- costs a plan check in each new transaction, so the common case runs as few
     -- as possible. One test passes a valid request; only an invalid one takes the
-    -- checks one by one, to say what is wrong.
+    -- checks one by one, to say what is wrong. The bounds are prme.ledger_limits()'s;
+    -- the depth test is prme._json_too_deep's, written out.
     IF submit_operation.operation_id IS NULL
        OR submit_operation.schema_version IS DISTINCT FROM 2
        OR submit_operation.kind IS NULL
@@ -92,6 +129,11 @@ BEGIN
        OR submit_operation.payload IS NULL
        OR jsonb_typeof(submit_operation.payload) <> 'object'
        OR pg_column_size(submit_operation.payload) > 1048576
+       OR jsonb_path_exists(
+           submit_operation.payload, 'strict $.**{32} ? (@.type() == "object" || @.type() == "array")'
+       )
+       OR submit_operation.payload_hash IS NULL
+       OR submit_operation.payload_hash !~ '^[0-9a-f]{64}$'
        OR array_position(submit_operation.dependencies, NULL) IS NOT NULL THEN
         IF submit_operation.operation_id IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'operation_id must not be null';
@@ -116,6 +158,12 @@ BEGIN
         IF pg_column_size(submit_operation.payload) > 1048576 THEN
             RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must be at most 1 MiB';
         END IF;
+        IF prme._json_too_deep(submit_operation.payload) THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload must nest at most 32 levels deep';
+        END IF;
+        IF submit_operation.payload_hash IS NULL OR submit_operation.payload_hash !~ '^[0-9a-f]{64}$' THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload_hash must be 64 lowercase hex digits';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'dependencies must not contain null';
     END IF;
     -- A set: sorted, duplicates dropped.
@@ -133,23 +181,15 @@ BEGIN
                 DETAIL = format('an operation cannot depend on itself: %s', submit_operation.operation_id);
         END IF;
     END IF;
-    v_hash := encode(sha256(convert_to(prme._jcs(submit_operation.payload), 'UTF8')), 'hex');
-    IF v_hash IS DISTINCT FROM submit_operation.payload_hash THEN
-        IF submit_operation.payload_hash IS NULL OR submit_operation.payload_hash !~ '^[0-9a-f]{64}$' THEN
-            RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'payload_hash must be 64 lowercase hex digits';
-        END IF;
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'payload_hash does not match the payload',
-            DETAIL = format('sha256 of the payload''s RFC 8785 form is %s', v_hash);
-    END IF;
 
     -- A retry finds its operation and writes nothing (not even a transaction id).
     SELECT o.* INTO v_op
     FROM prme.operations AS o
     WHERE o.user_id = v_user_id AND o.operation_id = submit_operation.operation_id;
     IF FOUND THEN
-        RETURN prme._resubmitted(v_op, submit_operation.kind, v_dependencies, v_hash);
+        RETURN prme._resubmitted(
+            v_op, submit_operation.kind, v_dependencies, submit_operation.payload_hash, submit_operation.payload
+        );
     END IF;
     -- A new operation: the row carries its accepted event (accepted_seq, see
     -- 410_operations.sql). A concurrent first submit of the same id is waited for
@@ -158,8 +198,9 @@ BEGIN
         user_id, operation_id, schema_version, kind, dependencies, payload_hash, payload, state, blocked_by,
         attempts, next_attempt_at, last_event_seq, created_at, updated_at, accepted_seq
     ) VALUES (
-        v_user_id, submit_operation.operation_id, 2, submit_operation.kind, v_dependencies, v_hash,
-        submit_operation.payload, 'accepted', '{}', 0, now(), 1, now(), now(), prme._next_event_seq()
+        v_user_id, submit_operation.operation_id, 2, submit_operation.kind, v_dependencies,
+        submit_operation.payload_hash, submit_operation.payload, 'accepted', '{}', 0, now(), 1, now(), now(),
+        prme._next_event_seq()
     )
     ON CONFLICT (user_id, operation_id) DO NOTHING
     RETURNING * INTO v_op;
@@ -172,7 +213,9 @@ BEGIN
                 ERRCODE = 'serialization_failure',
                 MESSAGE = 'a concurrent submit of this operation_id is not visible to this transaction; retry';
         END IF;
-        RETURN prme._resubmitted(v_op, submit_operation.kind, v_dependencies, v_hash);
+        RETURN prme._resubmitted(
+            v_op, submit_operation.kind, v_dependencies, submit_operation.payload_hash, submit_operation.payload
+        );
     END IF;
 
     IF cardinality(v_dependencies) > 0 THEN
@@ -204,11 +247,12 @@ $$;
 
 COMMENT ON FUNCTION prme.submit_operation(text, uuid, integer, text, uuid[], text, jsonb) IS
 'Durably accepts an operation of user_id for the executor. A new operation_id returns the receipt with '
-'created = true; the same id with the same kind, dependencies and payload_hash returns the stored receipt '
-'(created = false); the same id with anything else raises PR409. schema_version must be 2; kind is add_node, '
-'add_event, reinforce, archive_node, record_outcome or link_correction; payload_hash must be the sha256 hex of '
-'the payload''s RFC 8785 form (PR422 otherwise); dependencies must already be submitted by the same owner '
-'(PR404 otherwise, also for the operation itself).';
+'created = true; the same id with the same kind, dependencies, payload_hash and payload (equal as JSON values) '
+'returns the stored receipt (created = false); the same id with anything else raises PR409. schema_version must '
+'be 2; kind is add_node, add_event, reinforce, archive_node, record_outcome or link_correction; payload a JSON '
+'object within prme.ledger_limits(); payload_hash 64 lowercase hex digits (PR422 otherwise); dependencies must '
+'already be submitted by the same owner (PR404 otherwise, also for the operation itself). The hash is checked '
+'by the executor before the operation is applied: a mismatch is rejected with reason payload_hash_mismatch.';
 
 CREATE FUNCTION prme.get_receipt(user_id text, operation_id uuid)
 RETURNS prme.operation_receipt
@@ -237,3 +281,4 @@ COMMENT ON FUNCTION prme.get_receipt(text, uuid) IS
 
 GRANT EXECUTE ON FUNCTION prme.submit_operation(text, uuid, integer, text, uuid[], text, jsonb) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.get_receipt(text, uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.ledger_limits() TO prme_app;

@@ -7,7 +7,13 @@
 -- transaction that marks it committed. An operation therefore takes effect
 -- exactly once: if the call dies, neither the effect nor the mark survives.
 -- Each operation runs in its own subtransaction, so one failure does not undo
--- the rest of the batch:
+-- the rest of the batch. Before anything else, the first look at an operation
+-- recomputes its payload_hash (prme.submit_operation stored the client's
+-- declared hash unchecked, docs/LEDGER.md "What a 202 proves"):
+--   declared hash is not the payload's    -> rejected, reason payload_hash_mismatch
+--   payload cannot be canonicalised       -> rejected, reason invalid_payload
+--   (a number out of double range or without an exact double form)
+-- and then:
 --   invalid payload (PR422, data errors)  -> rejected, reason invalid_payload
 --   PR404                                 -> rejected, reason not_found
 --   PR409                                 -> rejected, reason conflict
@@ -439,6 +445,7 @@ DECLARE
     v_rejected uuid[];
     v_open uuid[];
     v_applied record;
+    v_hash text;
 BEGIN
     parts_used := 0;
     -- The claim holds the row lock; read the row as it is now.
@@ -448,6 +455,25 @@ BEGIN
     IF NOT FOUND OR v_op.state NOT IN ('accepted', 'processing') THEN
         outcome := 'skipped';
         RETURN;
+    END IF;
+
+    -- The first look (accepted, never tried, no event but "accepted"): is the
+    -- declared hash the payload's? Later looks (released, retried) follow one
+    -- that checked. prme._jcs raises PR422 for a payload it cannot write
+    -- exactly, which rejects the operation as invalid_payload (_operation_failed).
+    IF v_op.state = 'accepted' AND v_op.attempts = 0 AND v_op.last_event_seq = 1 THEN
+        v_hash := prme._sha256_hex(prme._jcs(v_op.payload));
+        IF v_hash <> v_op.payload_hash THEN
+            v_op.worker := _execute_operation.worker;
+            PERFORM prme._reject_operation(v_op, jsonb_build_object(
+                'reason', 'payload_hash_mismatch',
+                'sqlstate', 'PR422',
+                'message', 'payload_hash does not match the payload',
+                'detail', format('sha256 of the payload''s RFC 8785 form is %s', v_hash)
+            ));
+            outcome := 'rejected';
+            RETURN;
+        END IF;
     END IF;
 
     IF v_op.state = 'accepted' AND cardinality(v_op.dependencies) > 0 THEN
@@ -561,8 +587,9 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme._execute_operation(text, uuid, text, integer) IS
-'Internal: one step of one claimed operation: check its dependencies (block, reject or go on), apply it, '
-'and record the outcome (committed, blocked, rejected, progress or skipped).';
+'Internal: one step of one claimed operation: on the first look check its payload_hash (reject a mismatch), '
+'check its dependencies (block, reject or go on), apply it, and record the outcome (committed, blocked, '
+'rejected, progress or skipped).';
 
 CREATE FUNCTION prme._operation_failed(
     user_id text,

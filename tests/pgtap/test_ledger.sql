@@ -96,7 +96,10 @@ SELECT is(
     '{"\r":5,"1":4,"' || U&'\20AC' || '":1,"' || U&'\+01F600' || '":3,"' || U&'\FB33' || '":2}',
     'keys in UTF-16 code-unit order (RFC 8785 3.2.3): U+1F600 sorts before U+FB33'
 );
-SELECT is(prme.canonical_json('9007199254740993'), '9007199254740992', 'numbers are the nearest double');
+SELECT throws_ok(
+    $$SELECT prme.canonical_json('9007199254740993')$$, 'PR422', 'a JSON number has no exact IEEE 754 double form',
+    'a number whose nearest double is another number is PR422 (one hash, one payload)'
+);
 SELECT throws_ok($$SELECT prme.canonical_json('[1e400]')$$, 'PR422', NULL, 'a number beyond double range is PR422');
 SELECT is(
     prme.payload_hash('{"content": "x"}'), encode(sha256(convert_to('{"content":"x"}', 'UTF8')), 'hex'),
@@ -139,8 +142,9 @@ SELECT is(
     'the original is untouched'
 );
 SELECT throws_ok(
-    $$SELECT prme.submit_operation('alice', pg_temp.op(2), 2, 'add_node', '{}', repeat('0', 64), '{"content": "x"}')$$,
-    'PR422', 'payload_hash does not match the payload', 'a wrong hash is PR422'
+    $$SELECT prme.submit_operation('alice', pg_temp.op(2), 2, 'add_node', '{}', repeat('0', 63), '{"content": "x"}')$$,
+    'PR422', 'payload_hash must be 64 lowercase hex digits',
+    'a malformed hash is PR422 (a well-formed wrong one is the executor''s to reject: tests/test_ledger.py)'
 );
 SELECT throws_ok(
     $$SELECT prme.submit_operation('alice', pg_temp.op(2), 1, 'add_node', '{}',
