@@ -34,6 +34,7 @@ from .errors import InvalidInput, MigrationError, PrmeError
 from .learning import LearningQueue, LearningSync, queue_status, read_hook_document, rejected_records
 from .models import AppliedOp, MaintenancePatch
 from .outbox import LEDGER_KINDS
+from .sqlstate import error_message
 from .validation import loads_bounded
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ _MISSING_SCHEMA = ("3F000", "42883", "42P01")  # invalid_schema_name, undefined_
 
 
 def _database_message(exc: psycopg.Error) -> str:
-    message = exc.diag.message_primary or str(exc)
+    message = error_message(exc)
     if exc.sqlstate in _MISSING_SCHEMA and "prme" in message:
         message += " (this database lacks this release's prme schema: run prme-pg migrate; prme-pg status shows it)"
     return message

@@ -32,6 +32,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import SQLSTATE_ERRORS, InvalidInput
+from ..sqlstate import error_detail, error_message
 from ..models import (
     AppliedOp,
     AssembledPrompt,
@@ -969,9 +970,9 @@ def translate_error(exc: psycopg.Error | UnicodeEncodeError) -> Exception:
     if isinstance(exc, UnicodeEncodeError):
         return InvalidInput(f"text is not valid Unicode: {exc.reason}")
     sqlstate = exc.sqlstate or ""
-    message = exc.diag.message_primary or str(exc)
-    if exc.diag.message_detail:
-        message = f"{message} ({exc.diag.message_detail})"
+    message = error_message(exc)  # through PL/Proxy too: the shard's own words (docs/SCALING.md)
+    if detail := error_detail(exc):
+        message = f"{message} ({detail})"
     error = SQLSTATE_ERRORS.get(sqlstate)
     if error is not None:
         return error(message)
