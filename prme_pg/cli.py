@@ -497,8 +497,22 @@ def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, console: Console) -> int:
-    from .worker import WorkerStats, run_worker
+    from .worker import WorkerStats, run_shard_workers, run_worker
 
+    shards = list(args.shards or [])
+    if args.cluster:
+        from . import shard
+
+        with _connect(args.cluster) as conn:
+            shards += shard.cluster_definition(conn).shards
+    if shards:
+        # One executor per shard, listening on the shard (the proxy hears no NOTIFY).
+        finished = run_shard_workers(shards, worker=args.worker, batch=args.batch, until_idle=args.until_idle)
+        if args.json:
+            _print_json({"finished": finished, "shards": len(shards)})
+        else:
+            console.print(f"workers of {len(shards)} shard(s) stopped after finishing {finished} operation(s)")
+        return EXIT_OK
     dsn = _reachable(args)
 
     def progress(stats: WorkerStats) -> None:
@@ -1298,6 +1312,19 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker", default=None, help="name shown in receipts (default host:pid)")
     worker.add_argument("--batch", type=_between(1, 1000), default=100, help="operations per transaction (1..1000)")
     worker.add_argument("--until-idle", action="store_true", help="exit when there is nothing left to do")
+    worker.add_argument(
+        "--shard",
+        dest="shards",
+        action="append",
+        metavar="DSN",
+        help="run an executor on this shard instead of --dsn (repeatable; default: none)",
+    )
+    worker.add_argument(
+        "--cluster",
+        default=None,
+        metavar="PROXY_DSN",
+        help="run an executor on every shard of this proxy's cluster definition (default: none)",
+    )
 
     recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
     add_dsn(recall)
