@@ -193,10 +193,9 @@ def _defaults_digest(conn: psycopg.Connection[Any]) -> str:
 
 def shard_status(shard: str, partitions: list[int]) -> ShardStatus:
     """Ask one shard for its migrations, readiness, ledger backlog and '*' defaults."""
-    status = ShardStatus(shard=shard, partitions=partitions, up=False)
+    status = ShardStatus(shard=shard, partitions=partitions, up=True)
     try:
         with _connect(shard, application_name="prme-pg shard status") as conn:
-            status.up = True
             status.migrations = _applied(conn)
             row = conn.execute("SELECT accepts_writes FROM prme.readiness()").fetchone()
             status.accepts_writes = bool(row[0]) if row else None
@@ -208,6 +207,7 @@ def shard_status(shard: str, partitions: list[int]) -> ShardStatus:
                 status.ready, status.blocked, status.processing, status.oldest_ready_age_seconds = ledger
             status.defaults_digest = _defaults_digest(conn)
     except psycopg.Error as exc:
+        status.up = False  # through a pooler the connection may open and the first query fail
         status.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return status
 

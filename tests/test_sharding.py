@@ -1,0 +1,307 @@
+"""Scale-out end to end: three real clusters (a PL/Proxy database and two shards), pgbouncer between.
+
+The proxy reaches each shard through one pgbouncer (session pooling), as
+docs/SCALING.md deploys it. Clients talk to the proxy only; the worker runs one
+executor per shard, connected to the shards. The last test stops a shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from prme_pg import MemoryClient, cli, proxy, shard, testing
+from prme_pg import worker as ledger_worker
+from prme_pg.errors import IdempotencyConflict, InvalidInput, NotFoundError
+from prme_pg.sqlstate import error_message
+
+PARTITIONS = 16
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
+@dataclass
+class Deployment:
+    proxy: testing.PostgresCluster
+    shards: list[testing.PostgresCluster]
+    bouncer_port: int
+    bouncer: subprocess.Popen[bytes]
+
+    @property
+    def proxy_dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.proxy.port}/prme"
+
+    def shard_dsn(self, number: int) -> str:
+        """The shard itself (what the worker and a DBA connect to)."""
+        return f"postgresql://postgres@127.0.0.1:{self.shards[number].port}/prme"
+
+    def routed_dsn(self, number: int) -> str:
+        """The shard as the proxy reaches it: through pgbouncer (the cluster definition's connstring)."""
+        return f"host=127.0.0.1 port={self.bouncer_port} dbname=shard{number} user=postgres"
+
+    def shard_of(self, user_id: str) -> int:
+        return shard_number(self, proxy.partition_of(user_id, PARTITIONS))
+
+
+def shard_number(deployment: Deployment, partition: int) -> int:
+    return partition % len(deployment.shards)
+
+
+def _start_pgbouncer(root: Path, shards: list[testing.PostgresCluster]) -> tuple[int, subprocess.Popen[bytes]]:
+    port = testing.free_port()
+    databases = "\n".join(
+        f"shard{n} = host=127.0.0.1 port={cluster.port} dbname=prme user=postgres" for n, cluster in enumerate(shards)
+    )
+    (root / "pgbouncer.ini").write_text(
+        f"[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n"
+        f"unix_socket_dir =\nauth_type = any\npool_mode = session\nmax_client_conn = 200\n"
+        f"default_pool_size = 20\nserver_login_retry = 1\nquery_wait_timeout = 3\nlogfile = {root / 'pgbouncer.log'}\npidfile = {root / 'pgbouncer.pid'}\n"
+    )
+    command = [PGBOUNCER, str(root / "pgbouncer.ini")]
+    if os.geteuid() == 0:  # pgbouncer refuses to run as root
+        postgres = pwd.getpwnam("postgres")
+        os.chown(root, postgres.pw_uid, postgres.pw_gid)
+        os.chown(root / "pgbouncer.ini", postgres.pw_uid, postgres.pw_gid)
+        command = ["runuser", "-u", "postgres", "--", *command]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(100):
+        try:
+            psycopg.connect(f"host=127.0.0.1 port={port} dbname=shard0 user=postgres", connect_timeout=2).close()
+            return port, process
+        except psycopg.OperationalError:
+            if process.poll() is not None:
+                raise RuntimeError(f"pgbouncer failed: {process.stderr.read() if process.stderr else ''!r}") from None
+            time.sleep(0.1)
+    raise RuntimeError("pgbouncer did not start")
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[Deployment]:
+    clusters: list[testing.PostgresCluster] = []
+    bouncer: subprocess.Popen[bytes] | None = None
+    root: Path | None = None
+    try:
+        for _ in range(3):
+            clusters.append(testing.PostgresCluster.create(testing.FAST_SETTINGS))
+        for cluster in clusters:
+            with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+                conn.execute("CREATE DATABASE prme ENCODING 'UTF8' TEMPLATE template0")
+        # Not under pytest's tmp_path: its parents are closed to the postgres user pgbouncer runs as.
+        root = Path(tempfile.mkdtemp(prefix="prme-pg-bouncer-"))
+        port, bouncer = _start_pgbouncer(root, clusters[1:])
+        result = Deployment(clusters[0], clusters[1:], port, bouncer)
+        with psycopg.connect(result.proxy_dsn, autocommit=True) as conn:
+            # prme_app and the proxy functions come with the proxy script, installed by migrate.
+            shard.init_cluster(conn, [result.routed_dsn(0), result.routed_dsn(1)], PARTITIONS)
+            shard.migrate_cluster(conn)
+        yield result
+    finally:
+        if bouncer is not None:
+            bouncer.terminate()
+            bouncer.wait(10)
+        for cluster in clusters:
+            cluster.destroy()
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def memory(deployment: Deployment) -> Iterator[MemoryClient]:
+    with MemoryClient(deployment.proxy_dsn, max_size=4) as client:
+        yield client
+
+
+def _owners(deployment: Deployment, per_shard: int = 2) -> list[str]:
+    """Owners spread over both shards (found by the documented hash, not by trial on the server)."""
+    found: dict[int, list[str]] = {0: [], 1: []}
+    n = 0
+    while min(len(v) for v in found.values()) < per_shard:
+        user = f"owner-{uuid.uuid4().hex[:8]}-{n}"
+        found[deployment.shard_of(user)].append(user)
+        n += 1
+    return found[0][:per_shard] + found[1][:per_shard]
+
+
+def _shard_count(deployment: Deployment, number: int, table: str, user_id: str) -> int:
+    with psycopg.connect(deployment.shard_dsn(number)) as conn:
+        row = conn.execute(f"SELECT count(*) FROM prme.{table} WHERE user_id = %s", (user_id,)).fetchone()  # noqa: S608
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_memory_client_works_unchanged_through_the_proxy(deployment: Deployment, memory: MemoryClient) -> None:
+    for user in _owners(deployment):
+        node = memory.add_node(f"{user} prefers green tea", user_id=user)
+        event = memory.add_event("said so", user_id=user)
+        request = uuid.uuid4()
+        first = memory.reinforce(node.id, user_id=user, evidence_id=event.id, request_id=request)
+        again = memory.reinforce(node.id, user_id=user, evidence_id=event.id, request_id=request)
+        assert again.version == first.version == 2, "a retried reinforce counts once"
+        assert again.replayed
+        assert memory.get_node(node.id, user_id=user).reinforcement_boost == first.reinforcement_boost
+        assert [hit.id for hit in memory.recall("green tea", user_id=user)] == [node.id]
+        assert memory.verify_journal(user_id=user) == []
+        home = deployment.shard_of(user)
+        assert _shard_count(deployment, home, "nodes", user) == 1
+        assert _shard_count(deployment, 1 - home, "nodes", user) == 0
+        # The shard's own errors, typed and in the shard's words.
+        with pytest.raises(NotFoundError, match=r"^node not found$"):
+            memory.get_node(uuid.uuid4(), user_id=user)
+        with pytest.raises(InvalidInput, match=r"^scope must match .*\(got 'BAD'\)$"):
+            memory.add_node("x", user_id=user, scope="BAD")
+        with pytest.raises(IdempotencyConflict):
+            memory.reinforce(node.id, user_id=user, evidence_id=uuid.uuid4(), request_id=request)
+
+
+HOSTILE = [
+    ("NULL user_id", "SELECT * FROM prme.get_node(NULL, gen_random_uuid())", (), "user_id must not be null"),
+    ("empty user_id", "SELECT * FROM prme.add_node('', 'x')", (), "user_id must be 1 to 256"),
+    ("control characters", "SELECT * FROM prme.add_node(%s, 'x')", ("a\x01b",), "user_id must be 1 to 256"),
+    ("too long", "SELECT * FROM prme.add_node(%s, 'x')", ("u" * 257,), "user_id must be 1 to 256"),
+    ("injection", "SELECT * FROM prme.add_node(%s, 'x', scope => %s)", ("x'); --", "a'; DROP"), "scope must"),
+    ("bad page", "SELECT * FROM prme.list_nodes('alice', max_count => -1)", (), "max_count"),
+    ("huge content", "SELECT * FROM prme.add_node('alice', repeat('x', 10000000))", (), "content"),
+]
+
+
+@pytest.mark.parametrize(("case", "query", "params", "message"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_input_through_the_proxy_gets_the_shards_pr422(
+    deployment: Deployment, case: str, query: str, params: tuple[Any, ...], message: str
+) -> None:
+    with psycopg.connect(deployment.proxy_dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(query.encode(), params)
+        assert caught.value.sqlstate == "PR422", (case, caught.value)
+        error = error_message(caught.value)
+        assert message in error, (case, error)
+        assert "REMOTE ERROR" not in error
+        assert "Hash function returned NULL" not in str(caught.value)
+        # The connection is usable afterwards: the proxy kept no broken state.
+        assert conn.execute("SELECT count(*) FROM prme.readiness()").fetchone() == (2,)
+
+
+def test_the_ledger_runs_end_to_end_with_a_worker_per_shard(deployment: Deployment, memory: MemoryClient) -> None:
+    owners = _owners(deployment)
+    submitted = []
+    for user in owners:
+        for n in range(3):
+            operation = uuid.uuid4()
+            receipt = memory.submit_operation(operation, "add_node", {"content": f"{user} fact {n}"}, user_id=user)
+            assert receipt.created
+            submitted.append((user, operation))
+    status = memory.ledger_status()
+    assert status.accepting and status.ready >= len(submitted)
+    finished = ledger_worker.run_shard_workers(
+        [deployment.shard_dsn(0), deployment.shard_dsn(1)], until_idle=True, install_signal_handlers=False
+    )
+    assert finished >= len(submitted)
+    for user, operation in submitted:
+        assert memory.get_receipt(operation, user_id=user).state == "committed"
+    for user in owners:
+        states = [e.state for e in memory.operation_events(user_id=user)]
+        assert states.count("committed") == 3, states
+        assert _shard_count(deployment, deployment.shard_of(user), "operations", user) == 3
+    assert memory.ledger_status().ready == 0
+
+
+def test_remote_errors_reuse_pooled_shard_connections(deployment: Deployment) -> None:
+    """PL/Proxy drops its connection after a remote error; pgbouncer keeps the shard's session."""
+
+    def sessions(number: int) -> int:
+        with psycopg.connect(deployment.shard_dsn(number)) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = 'prme'").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    user = _owners(deployment, per_shard=1)[0]
+    home = deployment.shard_of(user)
+    with psycopg.connect(deployment.proxy_dsn, autocommit=True) as conn:
+        conn.execute("SELECT * FROM prme.list_nodes(%s)", (user,))  # a pooled session exists
+        time.sleep(0.6)  # pg_stat_database is flushed at most every 500 ms
+        before = sessions(home)
+        for _ in range(20):
+            with pytest.raises(psycopg.Error) as caught:
+                conn.execute("SELECT * FROM prme.get_node(%s, gen_random_uuid())", (user,))
+            assert caught.value.sqlstate == "PR404"
+        conn.execute("SELECT * FROM prme.list_nodes(%s)", (user,))
+    time.sleep(0.6)
+    # Our own probes are sessions too, and pgbouncer may open one while it resets another;
+    # without it, each of the 20 errors would be a new shard session (bench/proxy_bench.py).
+    assert sessions(home) - before < 10
+
+
+def test_shard_status_and_locate_commands(deployment: Deployment, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["shard", "status", "--dsn", deployment.proxy_dsn, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [s["up"] for s in document["shards"]] == [True, True]
+    assert document["defaults_agree"]
+    assert {len(s["migrations"]) for s in document["shards"]} == {len(list(Path("migrations").glob("*.sql")))}
+    user = _owners(deployment, per_shard=1)[1]
+    assert cli.main(["shard", "locate", "--dsn", deployment.proxy_dsn, "--user", user, "--json"]) == 0
+    located = json.loads(capsys.readouterr().out)
+    assert located["partition"] == proxy.partition_of(user, PARTITIONS)
+    assert located["shard"] == deployment.routed_dsn(deployment.shard_of(user))
+    # Migrating again applies nothing and reinstalls the same proxy.
+    assert cli.main(["shard", "migrate", "--dsn", deployment.proxy_dsn, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["applied"] == {
+        deployment.routed_dsn(0): [],
+        deployment.routed_dsn(1): [],
+    }
+
+
+def test_a_stopped_shard_leaves_the_other_owners_working(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Runs last in this module: it stops shard 1, then starts it again."""
+    alive, down = _owners(deployment, per_shard=1)
+    deployment.shards[1].stop("fast")
+    try:
+        with MemoryClient(deployment.proxy_dsn, max_size=2) as memory:
+            node = memory.add_node("still here", user_id=alive)
+            assert memory.get_node(node.id, user_id=alive).content == "still here"
+            with pytest.raises(psycopg.Error):
+                memory.add_node("nowhere to go", user_id=down)
+            accepts, _ = memory.readiness()
+            assert not accepts, "the service is not ready while a shard is down"
+            assert not memory.ledger_status().accepting
+        with psycopg.connect(deployment.proxy_dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT accepts_writes FROM prme.readiness()").fetchall()
+        assert rows == [(True,), (False,)], "readiness answers per shard"
+        assert cli.main(["shard", "status", "--dsn", deployment.proxy_dsn, "--json"]) == 1
+        document = json.loads(capsys.readouterr().out)
+        assert [s["up"] for s in document["shards"]] == [True, False]
+        assert document["shards"][1]["error"]
+        # The worker keeps working on the shard that is up.
+        with MemoryClient(deployment.proxy_dsn, max_size=2) as memory:
+            operation = uuid.uuid4()
+            memory.submit_operation(operation, "add_node", {"content": "queued"}, user_id=alive)
+            ledger_worker.run_shard_workers(
+                [deployment.shard_dsn(0), deployment.shard_dsn(1)], until_idle=True, install_signal_handlers=False
+            )
+            assert memory.get_receipt(operation, user_id=alive).state == "committed"
+    finally:
+        deployment.shards[1].start()
+    with MemoryClient(deployment.proxy_dsn, max_size=2) as memory:
+        deadline = time.monotonic() + 15
+        while True:  # pgbouncer tries the shard again after server_login_retry
+            try:
+                assert memory.add_node("back again", user_id=down).user_id == down
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        assert memory.readiness()[0]
