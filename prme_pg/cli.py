@@ -1211,6 +1211,21 @@ def cmd_shard_locate(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_shard_move(args: argparse.Namespace, console: Console) -> int:
+    from . import shard
+
+    with _connect(_require_dsn(args)) as conn:
+        moved = shard.move_owner(conn, args.user, args.to)
+    if args.json:
+        _print_json(dataclasses.asdict(moved))
+    else:
+        console.print(
+            f"moved {escape(moved.user_id)} to {escape(moved.target)} (partition {moved.partition}): "
+            f"{sum(moved.rows.values())} row(s), {moved.events} event(s) up to seq {moved.last_seq}"
+        )
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="prme-pg",
@@ -1494,6 +1509,7 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate": ("migrate every shard, then install the proxy functions generated from them", cmd_shard_migrate),
         "status": ("each shard's migrations, readiness and ledger backlog; a down shard as down", cmd_shard_status),
         "locate": ("the partition and shard that hold an owner", cmd_shard_locate),
+        "move": ("move an owner to another shard; its event stream goes on without gap", cmd_shard_move),
     }
     for action, (help_text, handler) in shard_actions.items():
         command = shard_sub.add_parser(action, help=help_text, description=help_text)
@@ -1514,6 +1530,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", default="-", metavar="FILE", help="where to write the script (default: standard output)"
     )
     _add_user(shard_sub.choices["locate"])
+    _add_user(shard_sub.choices["move"])
+    shard_sub.choices["move"].add_argument(
+        "--to", required=True, metavar="SHARD", help="the target shard's connection string, as shard status shows it"
+    )
     journal = add("journal", "Verify a journal, or anchor its head outside the database.", lambda a, c: _usage(journal))
     journal_sub = journal.add_subparsers(dest="journal_command", metavar="ACTION")
     journal_actions = {

@@ -212,11 +212,12 @@ CREATE SCHEMA IF NOT EXISTS prme_routing;
 REVOKE ALL ON SCHEMA prme_routing FROM public;
 CREATE TABLE IF NOT EXISTS prme_routing.owner_routes (
     user_id text PRIMARY KEY,
-    partition_no integer NOT NULL CHECK (partition_no >= 0),
+    partition_no integer CHECK (partition_no >= 0),  -- NULL: being moved, calls wait (55006)
     moved_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 COMMENT ON TABLE prme_routing.owner_routes IS
-'Owners that live on another partition than their hash says (prme-pg shard move); read by prme.route.';
+'Owners that live on another partition than their hash says, or (partition_no NULL) are being moved '
+'(prme-pg shard move); read by prme.route.';
 
 DROP SCHEMA IF EXISTS prme CASCADE;
 CREATE SCHEMA prme;
@@ -241,18 +242,29 @@ GRANT EXECUTE ON FUNCTION prme.owner_hash(text) TO prme_app;
 
 CREATE FUNCTION prme.route(user_id text)
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(
-        (SELECT r.partition_no FROM prme_routing.owner_routes AS r WHERE r.user_id = route.user_id),
-        prme.owner_hash(user_id)
-    );
+DECLARE
+    v_partition integer;
+BEGIN
+    SELECT r.partition_no INTO v_partition FROM prme_routing.owner_routes AS r WHERE r.user_id = route.user_id;
+    IF NOT FOUND THEN
+        RETURN prme.owner_hash(route.user_id);
+    END IF;
+    IF v_partition IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55006',
+            MESSAGE = 'this owner is being moved to another shard; retry shortly';
+    END IF;
+    RETURN v_partition;
+END;
 $$;
 COMMENT ON FUNCTION prme.route(text) IS
-'The partition hash of an owner: its prme_routing.owner_routes entry when it was moved, else prme.owner_hash.';
+'The partition hash of an owner: its prme_routing.owner_routes entry when it was moved, else prme.owner_hash; '
+'55006 (retry) while prme-pg shard move copies it.';
 REVOKE ALL ON FUNCTION prme.route(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.route(text) TO prme_app;
 

@@ -13,6 +13,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -260,6 +261,133 @@ def test_shard_status_and_locate_commands(deployment: Deployment, capsys: pytest
         deployment.routed_dsn(0): [],
         deployment.routed_dsn(1): [],
     }
+
+
+def _older_transaction_ids_on(deployment: Deployment, number: int, than: int) -> None:
+    """Make shard ``than`` use larger transaction ids than shard ``number``: the case a move must handle."""
+
+    def xid(n: int) -> int:
+        with psycopg.connect(deployment.shard_dsn(n), autocommit=True) as conn:
+            row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    gap = xid(number) - xid(than) + 200
+    with psycopg.connect(deployment.shard_dsn(than), autocommit=True) as conn:
+        for _ in range(max(gap, 0)):
+            conn.execute("SELECT pg_current_xact_id()")
+
+
+def _retrying(call: Any) -> Any:
+    """A call through the proxy, retried while its owner is being moved (55006)."""
+    while True:
+        try:
+            return call()
+        except psycopg.Error as exc:
+            if exc.sqlstate != "55006":
+                raise
+            time.sleep(0.02)
+
+
+def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
+    deployment: Deployment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user = _owners(deployment, per_shard=1)[0]
+    source, target = deployment.shard_of(user), 1 - deployment.shard_of(user)
+    stop_workers, stop_writer, stop_reader = threading.Event(), threading.Event(), threading.Event()
+    submitted: list[uuid.UUID] = []
+    seen: list[Any] = []
+    failures: list[BaseException] = []
+
+    def writer(memory: MemoryClient) -> None:
+        n = 0
+        while not stop_writer.is_set():
+            operation = uuid.uuid4()
+            _retrying(lambda: memory.submit_operation(operation, "add_node", {"content": f"fact {n}"}, user_id=user))
+            submitted.append(operation)
+            n += 1
+            time.sleep(0.01)
+
+    def reader(memory: MemoryClient) -> None:
+        after = 0
+        while True:
+            done = stop_reader.is_set()
+            page = _retrying(lambda: memory.operation_events(user_id=user, after_seq=after, max_count=50))
+            seen.extend(page)
+            if page:
+                after = page[-1].seq
+            elif done:
+                return
+            time.sleep(0.01)
+
+    def guarded(function: Any, *args: Any) -> Any:
+        def run() -> None:
+            try:
+                function(*args)
+            except BaseException as exc:  # reported by the test below
+                failures.append(exc)
+
+        return threading.Thread(target=run, daemon=True)
+
+    with MemoryClient(deployment.proxy_dsn, max_size=4) as memory:
+        workers = guarded(
+            lambda: ledger_worker.run_shard_workers(
+                [deployment.shard_dsn(0), deployment.shard_dsn(1)],
+                stop=stop_workers,
+                install_signal_handlers=False,
+                poll_interval=0.2,
+            )
+        )
+        threads = [workers, guarded(writer, memory), guarded(reader, memory)]
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(1.0)
+            _older_transaction_ids_on(deployment, target, than=source)
+            moved_at = len(submitted)
+            command = ["shard", "move", "--dsn", deployment.proxy_dsn, "--user", user]
+            assert cli.main([*command, "--to", deployment.routed_dsn(target), "--json"]) == 0
+            moved = json.loads(capsys.readouterr().out)
+            time.sleep(1.0)
+            stop_writer.set()
+            threads[1].join(10)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                status = memory.ledger_status()
+                if not status.ready + status.processing:
+                    break
+                time.sleep(0.1)
+            time.sleep(0.3)
+        finally:
+            stop_writer.set()
+            stop_reader.set()
+            threads[2].join(20)
+            stop_workers.set()
+            threads[0].join(20)
+        assert not failures, failures
+        assert moved_at > 0 and len(submitted) > moved_at, "submits ran before and after the move"
+        assert moved["events"] > 0
+        assert moved["seq_offset"] > 0, "the target's own seqs were below the stream's: the offset lifted them"
+        # The reader saw every event once, in order, across the move.
+        whole = []
+        after = 0
+        while page := memory.operation_events(user_id=user, after_seq=after, max_count=1000):
+            whole += page
+            after = page[-1].seq
+        seqs = [event.seq for event in seen]
+        assert seqs == sorted(set(seqs)), "no duplicate, never backwards"
+        assert seen == whole, "no gap: the reader saw the whole stream"
+        committed = {e.operation_id for e in whole if e.state == "committed"}
+        assert committed == set(submitted)
+        for operation in submitted:
+            assert memory.get_receipt(operation, user_id=user).state == "committed"
+        assert memory.verify_journal(user_id=user) == []
+    assert cli.main(["shard", "locate", "--dsn", deployment.proxy_dsn, "--user", user, "--json"]) == 0
+    located = json.loads(capsys.readouterr().out)
+    assert located["shard"] == deployment.routed_dsn(target) and located["moved"]
+    for table in ("nodes", "operations", "operation_events", "journal"):
+        assert _shard_count(deployment, source, table, user) == 0, table
+    assert _shard_count(deployment, target, "operations", user) == len(submitted)
 
 
 def test_a_stopped_shard_leaves_the_other_owners_working(

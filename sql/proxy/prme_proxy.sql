@@ -31,11 +31,12 @@ CREATE SCHEMA IF NOT EXISTS prme_routing;
 REVOKE ALL ON SCHEMA prme_routing FROM public;
 CREATE TABLE IF NOT EXISTS prme_routing.owner_routes (
     user_id text PRIMARY KEY,
-    partition_no integer NOT NULL CHECK (partition_no >= 0),
+    partition_no integer CHECK (partition_no >= 0),  -- NULL: being moved, calls wait (55006)
     moved_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 COMMENT ON TABLE prme_routing.owner_routes IS
-'Owners that live on another partition than their hash says (prme-pg shard move); read by prme.route.';
+'Owners that live on another partition than their hash says, or (partition_no NULL) are being moved '
+'(prme-pg shard move); read by prme.route.';
 
 DROP SCHEMA IF EXISTS prme CASCADE;
 CREATE SCHEMA prme;
@@ -60,18 +61,29 @@ GRANT EXECUTE ON FUNCTION prme.owner_hash(text) TO prme_app;
 
 CREATE FUNCTION prme.route(user_id text)
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(
-        (SELECT r.partition_no FROM prme_routing.owner_routes AS r WHERE r.user_id = route.user_id),
-        prme.owner_hash(user_id)
-    );
+DECLARE
+    v_partition integer;
+BEGIN
+    SELECT r.partition_no INTO v_partition FROM prme_routing.owner_routes AS r WHERE r.user_id = route.user_id;
+    IF NOT FOUND THEN
+        RETURN prme.owner_hash(route.user_id);
+    END IF;
+    IF v_partition IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = '55006',
+            MESSAGE = 'this owner is being moved to another shard; retry shortly';
+    END IF;
+    RETURN v_partition;
+END;
 $$;
 COMMENT ON FUNCTION prme.route(text) IS
-'The partition hash of an owner: its prme_routing.owner_routes entry when it was moved, else prme.owner_hash.';
+'The partition hash of an owner: its prme_routing.owner_routes entry when it was moved, else prme.owner_hash; '
+'55006 (retry) while prme-pg shard move copies it.';
 REVOKE ALL ON FUNCTION prme.route(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.route(text) TO prme_app;
 
@@ -617,7 +629,7 @@ AS $$
     RUN ON prme.route(user_id);
 $$;
 COMMENT ON FUNCTION prme.operation_events(text,bigint,uuid,integer) IS
-'Events of user_id''s operations (or of one operation) with seq > after_seq, in seq order, at most max_count. Pass the last seq seen to resume: no event is skipped or repeated, even one whose transaction commits late, because only events of transactions older than every running one are shown. PR404 for an unknown operation_id.';
+'Events of user_id''s operations (or of one operation) with seq > after_seq, in seq order, at most max_count. Pass the last seq seen to resume: no event is skipped or repeated, even one whose transaction commits late, because only events of transactions older than every running one are shown, and across a move to another server (prme-pg shard move). PR404 for an unknown operation_id.';
 REVOKE ALL ON FUNCTION prme.operation_events(text,bigint,uuid,integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.operation_events(text,bigint,uuid,integer) TO prme_app;
 
