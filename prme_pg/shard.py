@@ -112,7 +112,8 @@ def write_definition(proxy_conn: psycopg.Connection[Any], definition: ClusterDef
     with proxy_conn.transaction():
         proxy_conn.execute("CREATE EXTENSION IF NOT EXISTS plproxy")
         proxy_conn.execute("DROP SERVER IF EXISTS prme_cluster CASCADE")
-        proxy_conn.execute(sql.SQL("CREATE SERVER prme_cluster FOREIGN DATA WRAPPER plproxy OPTIONS ({})").format(options))
+        create = sql.SQL("CREATE SERVER prme_cluster FOREIGN DATA WRAPPER plproxy OPTIONS ({})")
+        proxy_conn.execute(create.format(options))
         proxy_conn.execute("CREATE USER MAPPING FOR PUBLIC SERVER prme_cluster")
         proxy_conn.execute(
             "DO $$ BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'prme_app') THEN "
@@ -179,7 +180,8 @@ def migrate_cluster(
                 )
             if scripts[shard] != scripts[first]:
                 raise MigrationError(
-                    f"shards {first} and {shard} have the same migrations but a different API; the proxy was not changed"
+                    f"shards {first} and {shard} have the same migrations but a different API; "
+                    "the proxy was not changed"
                 )
         install_proxy(proxy_conn, scripts[first])
         return applied
@@ -394,7 +396,7 @@ def move_owner(proxy_conn: psycopg.Connection[Any], user_id: str, target: str) -
     definition = cluster_definition(proxy_conn)
     if target not in definition.shards:
         raise InvalidInput(f"{target} is not a shard of this cluster: {definition.shards}")
-    number, source, _moved = locate(proxy_conn, user_id)
+    _number, source, _moved = locate(proxy_conn, user_id)
     if source == target:
         raise InvalidInput(f"{user_id} is already on {target}")
     home = proxy.partition_of(user_id, len(definition.partitions))
@@ -464,7 +466,7 @@ def _import(
             "INSERT INTO prme.imported_operation_events "
             "(user_id, seq, operation_id, operation_seq, state, detail, created_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            [(user_id, seq, operation, number, state, Jsonb(detail), at) for seq, operation, number, state, detail, at in events],
+            [(user_id, seq, op, number, state, Jsonb(detail), at) for seq, op, number, state, detail, at in events],
         )
     last = int(events[-1][0]) if events else 0
     # Events written here from now on get seq >= (a later transaction id) << 20, plus this offset.

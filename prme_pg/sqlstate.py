@@ -36,6 +36,7 @@ def error_detail(exc: psycopg.Error) -> str | None:
     detail = exc.diag.message_detail
     return _REMOTE_DETAIL.sub("", detail, count=1) if detail else None
 
+
 #: SQLSTATE classes (or full codes) that say nothing about the request (PostgreSQL, Appendix A).
 UNAVAILABLE_CLASSES = (
     "08",  # connection exception

@@ -7,12 +7,8 @@ executor per shard, connected to the shards. The last test stops a shard.
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import pwd
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -30,15 +26,13 @@ from prme_pg.errors import IdempotencyConflict, InvalidInput, NotFoundError
 from prme_pg.sqlstate import error_message
 
 PARTITIONS = 16
-PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
 
 @dataclass
 class Deployment:
     proxy: testing.PostgresCluster
     shards: list[testing.PostgresCluster]
-    bouncer_port: int
-    bouncer: subprocess.Popen[bytes]
+    bouncer: testing.PgBouncer
 
     @property
     def proxy_dsn(self) -> str:
@@ -50,7 +44,7 @@ class Deployment:
 
     def routed_dsn(self, number: int) -> str:
         """The shard as the proxy reaches it: through pgbouncer (the cluster definition's connstring)."""
-        return f"host=127.0.0.1 port={self.bouncer_port} dbname=shard{number} user=postgres"
+        return self.bouncer.dsn(f"shard{number}")
 
     def shard_of(self, user_id: str) -> int:
         return shard_number(self, proxy.partition_of(user_id, PARTITIONS))
@@ -60,49 +54,21 @@ def shard_number(deployment: Deployment, partition: int) -> int:
     return partition % len(deployment.shards)
 
 
-def _start_pgbouncer(root: Path, shards: list[testing.PostgresCluster]) -> tuple[int, subprocess.Popen[bytes]]:
-    port = testing.free_port()
-    databases = "\n".join(
-        f"shard{n} = host=127.0.0.1 port={cluster.port} dbname=prme user=postgres" for n, cluster in enumerate(shards)
-    )
-    (root / "pgbouncer.ini").write_text(
-        f"[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n"
-        f"unix_socket_dir =\nauth_type = any\npool_mode = session\nmax_client_conn = 200\n"
-        f"default_pool_size = 20\nserver_login_retry = 1\nquery_wait_timeout = 3\nlogfile = {root / 'pgbouncer.log'}\npidfile = {root / 'pgbouncer.pid'}\n"
-    )
-    command = [PGBOUNCER, str(root / "pgbouncer.ini")]
-    if os.geteuid() == 0:  # pgbouncer refuses to run as root
-        postgres = pwd.getpwnam("postgres")
-        os.chown(root, postgres.pw_uid, postgres.pw_gid)
-        os.chown(root / "pgbouncer.ini", postgres.pw_uid, postgres.pw_gid)
-        command = ["runuser", "-u", "postgres", "--", *command]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for _ in range(100):
-        try:
-            psycopg.connect(f"host=127.0.0.1 port={port} dbname=shard0 user=postgres", connect_timeout=2).close()
-            return port, process
-        except psycopg.OperationalError:
-            if process.poll() is not None:
-                raise RuntimeError(f"pgbouncer failed: {process.stderr.read() if process.stderr else ''!r}") from None
-            time.sleep(0.1)
-    raise RuntimeError("pgbouncer did not start")
-
-
 @pytest.fixture(scope="module")
 def deployment() -> Iterator[Deployment]:
     clusters: list[testing.PostgresCluster] = []
-    bouncer: subprocess.Popen[bytes] | None = None
-    root: Path | None = None
+    bouncer: testing.PgBouncer | None = None
     try:
         for _ in range(3):
             clusters.append(testing.PostgresCluster.create(testing.FAST_SETTINGS))
         for cluster in clusters:
             with psycopg.connect(cluster.dsn, autocommit=True) as conn:
                 conn.execute("CREATE DATABASE prme ENCODING 'UTF8' TEMPLATE template0")
-        # Not under pytest's tmp_path: its parents are closed to the postgres user pgbouncer runs as.
-        root = Path(tempfile.mkdtemp(prefix="prme-pg-bouncer-"))
-        port, bouncer = _start_pgbouncer(root, clusters[1:])
-        result = Deployment(clusters[0], clusters[1:], port, bouncer)
+        bouncer = testing.PgBouncer(
+            {f"shard{n}": f"host=127.0.0.1 port={c.port} dbname=prme user=postgres" for n, c in enumerate(clusters[1:])}
+        )
+        bouncer.start()
+        result = Deployment(clusters[0], clusters[1:], bouncer)
         with psycopg.connect(result.proxy_dsn, autocommit=True) as conn:
             # prme_app and the proxy functions come with the proxy script, installed by migrate.
             shard.init_cluster(conn, [result.routed_dsn(0), result.routed_dsn(1)], PARTITIONS)
@@ -110,12 +76,9 @@ def deployment() -> Iterator[Deployment]:
         yield result
     finally:
         if bouncer is not None:
-            bouncer.terminate()
-            bouncer.wait(10)
+            bouncer.stop()
         for cluster in clusters:
             cluster.destroy()
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -137,7 +100,7 @@ def _owners(deployment: Deployment, per_shard: int = 2) -> list[str]:
 
 def _shard_count(deployment: Deployment, number: int, table: str, user_id: str) -> int:
     with psycopg.connect(deployment.shard_dsn(number)) as conn:
-        row = conn.execute(f"SELECT count(*) FROM prme.{table} WHERE user_id = %s", (user_id,)).fetchone()  # noqa: S608
+        row = conn.execute(f"SELECT count(*) FROM prme.{table} WHERE user_id = %s", (user_id,)).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -302,8 +265,8 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
     def writer(memory: MemoryClient) -> None:
         n = 0
         while not stop_writer.is_set():
-            operation = uuid.uuid4()
-            _retrying(lambda: memory.submit_operation(operation, "add_node", {"content": f"fact {n}"}, user_id=user))
+            operation, payload = uuid.uuid4(), {"content": f"fact {n}"}
+            _retrying(functools.partial(memory.submit_operation, operation, "add_node", payload, user_id=user))
             submitted.append(operation)
             n += 1
             time.sleep(0.01)
@@ -312,7 +275,7 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
         after = 0
         while True:
             done = stop_reader.is_set()
-            page = _retrying(lambda: memory.operation_events(user_id=user, after_seq=after, max_count=50))
+            page = _retrying(functools.partial(memory.operation_events, user_id=user, after_seq=after, max_count=50))
             seen.extend(page)
             if page:
                 after = page[-1].seq

@@ -32,7 +32,6 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import SQLSTATE_ERRORS, InvalidInput
-from ..sqlstate import error_detail, error_message
 from ..models import (
     AppliedOp,
     AssembledPrompt,
@@ -55,6 +54,7 @@ from ..models import (
     ReplayResult,
     Snapshot,
 )
+from ..sqlstate import error_detail, error_message
 from . import (
     AddEvent,
     AddNode,
