@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -38,7 +37,6 @@ __all__ = [
     "CompositeType",
     "api_functions",
     "composite_types",
-    "default_artifact",
     "generate",
     "owner_hash",
     "partition_of",
@@ -387,11 +385,3 @@ def generate(conn: psycopg.Connection[Any]) -> str:
     """The proxy installation script for the shard schema of this connection's database."""
     return render(api_functions(conn), composite_types(conn))
 
-
-def default_artifact() -> Path:
-    """Where the checked-in proxy script lives: the checkout's ``sql/proxy/prme_proxy.sql``."""
-    package = Path(__file__).resolve().parent
-    for candidate in (package.parent / "sql" / "proxy", package / "_sql" / "proxy"):
-        if candidate.is_dir():
-            return candidate / "prme_proxy.sql"
-    return package.parent / "sql" / "proxy" / "prme_proxy.sql"

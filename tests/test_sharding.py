@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -24,6 +25,8 @@ from prme_pg import MemoryClient, cli, proxy, shard, testing
 from prme_pg import worker as ledger_worker
 from prme_pg.errors import IdempotencyConflict, InvalidInput, NotFoundError
 from prme_pg.sqlstate import error_message
+
+from .live_server import serve
 
 PARTITIONS = 16
 
@@ -205,6 +208,26 @@ def test_remote_errors_reuse_pooled_shard_connections(deployment: Deployment) ->
     # Our own probes are sessions too, and pgbouncer may open one while it resets another;
     # without it, each of the 20 errors would be a new shard session (bench/proxy_bench.py).
     assert sessions(home) - before < 10
+
+
+def test_http_through_the_proxy_answers_in_the_shards_words(deployment: Deployment) -> None:
+    user = _owners(deployment, per_shard=1)[1]
+    with MemoryClient(deployment.proxy_dsn, max_size=2) as memory:
+        token = memory.create_api_token(user, label="proxy")
+    with (
+        serve(deployment.proxy_dsn, max_size=4) as base,
+        httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+    ):
+        assert http.get("/ready").status_code == 200
+        created = http.post("/v1/nodes", json={"content": "served through the proxy"})
+        assert created.status_code == 201, created.text
+        assert http.get(created.headers["location"]).json()["content"] == "served through the proxy"
+        missing = http.get(f"/v1/nodes/{uuid.uuid4()}")
+        assert missing.status_code == 404
+        assert missing.json()["detail"] == "node not found"
+        invalid = http.post("/v1/nodes", json={"content": "x", "scope": "BAD SCOPE"})
+        assert invalid.status_code == 422, invalid.text
+        assert "REMOTE" not in invalid.text and "scope must match" in invalid.json()["detail"]
 
 
 def test_shard_status_and_locate_commands(deployment: Deployment, capsys: pytest.CaptureFixture[str]) -> None:
