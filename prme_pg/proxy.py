@@ -384,4 +384,3 @@ def render(functions: Iterable[ApiFunction], types: Iterable[CompositeType]) -> 
 def generate(conn: psycopg.Connection[Any]) -> str:
     """The proxy installation script for the shard schema of this connection's database."""
     return render(api_functions(conn), composite_types(conn))
-
