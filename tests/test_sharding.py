@@ -210,6 +210,21 @@ def test_remote_errors_reuse_pooled_shard_connections(deployment: Deployment) ->
     assert sessions(home) - before < 10
 
 
+def test_only_prme_app_may_call_the_proxy(deployment: Deployment) -> None:
+    """EXECUTE is granted to prme_app and revoked from PUBLIC on the proxy, as on the shards."""
+    with psycopg.connect(deployment.proxy_dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS prme_t_service; CREATE ROLE prme_t_service LOGIN IN ROLE prme_app")
+        conn.execute("DROP ROLE IF EXISTS prme_t_stranger; CREATE ROLE prme_t_stranger LOGIN")
+    base = deployment.proxy_dsn.replace("postgres@", "{}@")
+    user = _owners(deployment, per_shard=1)[0]
+    with MemoryClient(base.format("prme_t_service"), max_size=1) as memory:
+        assert memory.add_node("through a service role", user_id=user).user_id == user
+    with psycopg.connect(base.format("prme_t_stranger"), autocommit=True) as conn:
+        for call in ("SELECT * FROM prme.get_node('x', gen_random_uuid())", "SELECT prme.route('x')"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(call)
+
+
 def test_http_through_the_proxy_answers_in_the_shards_words(deployment: Deployment) -> None:
     user = _owners(deployment, per_shard=1)[1]
     with MemoryClient(deployment.proxy_dsn, max_size=2) as memory:
