@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from prme_pg import proxy, testing
+from prme_pg import cli, proxy, testing
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACT = ROOT / "sql" / "proxy" / "prme_proxy.sql"
@@ -84,3 +84,25 @@ def test_python_and_sql_owner_hash_agree(pg_server: testing.Server) -> None:
 def test_the_sql_hash_is_the_one_in_the_artifact() -> None:
     """The test above checks this expression; the artifact must use the same one."""
     assert "coalesce(('x' || substr(md5(user_id), 1, 8))::bit(32)::integer, 0)" in ARTIFACT.read_text()
+
+
+def test_shard_commands_refuse_bad_input_in_one_line(
+    pg_server: testing.Server, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = testing.create_database(pg_server, prefix="prme_proxy_cli")
+    dsn = pg_server.dsn_for(name)
+    try:
+        assert cli.main(["shard", "init", "--dsn", dsn, "--shard", "dbname=a", "--partitions", "6"]) == 2
+        assert "power of two" in capsys.readouterr().err
+        assert cli.main(["shard", "init", "--dsn", dsn, "--shard", "dbname=a", "--shard", "dbname=a"]) == 2
+        assert "named twice" in capsys.readouterr().err
+        for command in (["locate", "--user", "alice"], ["status"], ["migrate"], ["move", "--user", "a", "--to", "x"]):
+            assert cli.main(["shard", command[0], "--dsn", dsn, *command[1:]]) == 2, command
+            error = capsys.readouterr().err
+            assert "prme-pg shard init first" in error and len(error.strip().splitlines()) == 1, error
+        assert cli.main(["shard", "init", "--dsn", dsn, "--shard", "dbname=a", "--shard", "dbname=b"]) == 0
+        capsys.readouterr()
+        assert cli.main(["shard", "move", "--dsn", dsn, "--user", "alice", "--to", "dbname=c"]) == 2
+        assert "is not a shard of this cluster" in capsys.readouterr().err
+    finally:
+        testing.drop_database(pg_server, name)
