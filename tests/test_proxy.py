@@ -33,8 +33,7 @@ def test_checked_in_proxy_is_what_the_generator_writes(sql_dir_dsn: str) -> None
     with psycopg.connect(sql_dir_dsn) as conn:
         generated = proxy.generate(conn)
     assert ARTIFACT.read_text(encoding="utf-8") == generated, (
-        "sql/proxy/prme_proxy.sql is stale: prme-pg shard generate --dsn <a database built from sql/postgres> "
-        "--output sql/proxy/prme_proxy.sql"
+        "sql/proxy/prme_proxy.sql is stale: run scripts/generate-proxy"
     )
 
 
