@@ -298,7 +298,10 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
     stop_workers, stop_writer, stop_reader = threading.Event(), threading.Event(), threading.Event()
     submitted: list[uuid.UUID] = []
     seen: list[Any] = []
+    streamed: list[int] = []  # seq of every operation event the SSE stream sent
     failures: list[BaseException] = []
+    with MemoryClient(deployment.proxy_dsn, max_size=1) as memory:
+        token = memory.create_api_token(user, label="sse")
 
     def writer(memory: MemoryClient) -> None:
         n = 0
@@ -321,6 +324,29 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
                 return
             time.sleep(0.01)
 
+    def sse_reader(base: str) -> None:
+        """GET /api/v2/events through the proxy, reconnecting with Last-Event-ID, as a browser does."""
+        last = "0"
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            while True:
+                done = stop_reader.is_set()
+                before = len(streamed)
+                params = {"max_seconds": 2}
+                with http.stream("GET", "/api/v2/events", params=params, headers={"Last-Event-ID": last}) as response:
+                    assert response.status_code == 200, response.read()
+                    event_id, kind = None, None
+                    for line in response.iter_lines():
+                        if line.startswith("id: "):
+                            event_id = line[4:]
+                        elif line.startswith("event: "):
+                            kind = line[7:]
+                        elif line == "" and event_id is not None:
+                            assert kind == "operation", (kind, event_id)
+                            streamed.append(int(event_id))
+                            last, event_id, kind = event_id, None, None
+                if done and len(streamed) == before:
+                    return
+
     def guarded(function: Any, *args: Any) -> Any:
         def run() -> None:
             try:
@@ -339,7 +365,9 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
                 poll_interval=0.2,
             )
         )
-        threads = [workers, guarded(writer, memory), guarded(reader, memory)]
+        server = serve(deployment.proxy_dsn, max_size=4)
+        base = server.__enter__()
+        threads = [workers, guarded(writer, memory), guarded(reader, memory), guarded(sse_reader, base)]
         for thread in threads:
             thread.start()
         try:
@@ -363,6 +391,8 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
             stop_writer.set()
             stop_reader.set()
             threads[2].join(20)
+            threads[3].join(30)
+            server.__exit__(None, None, None)
             stop_workers.set()
             threads[0].join(20)
         assert not failures, failures
@@ -378,6 +408,7 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
         seqs = [event.seq for event in seen]
         assert seqs == sorted(set(seqs)), "no duplicate, never backwards"
         assert seen == whole, "no gap: the reader saw the whole stream"
+        assert streamed == [event.seq for event in whole], "the SSE stream too, through the move"
         committed = {e.operation_id for e in whole if e.state == "committed"}
         assert committed == set(submitted)
         for operation in submitted:
