@@ -62,7 +62,8 @@ def _expect_404(conn: psycopg.Connection[Any]) -> Callable[[], None]:
         try:
             conn.execute("SELECT * FROM prme.get_node(%s, %s)", (USER, uuid.uuid4()))
         except psycopg.Error as exc:
-            assert exc.sqlstate == "PR404", exc
+            if exc.sqlstate != "PR404":
+                raise
         else:
             raise AssertionError("expected PR404")
 
