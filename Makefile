@@ -34,8 +34,8 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 venv: $(VENV)/.installed-dev
 
 lint:
-	$(BIN)/ruff check prme_pg tests bench scripts/seal-migration scripts/new-migration scripts/pg-prove
-	$(BIN)/ruff format --check prme_pg tests bench scripts/seal-migration scripts/new-migration scripts/pg-prove
+	$(BIN)/ruff check prme_pg tests bench scripts/seal-migration scripts/new-migration scripts/pg-prove scripts/generate-proxy
+	$(BIN)/ruff format --check prme_pg tests bench scripts/seal-migration scripts/new-migration scripts/pg-prove scripts/generate-proxy
 	$(BIN)/mypy
 	$(BIN)/sqlfluff lint sql/postgres
 

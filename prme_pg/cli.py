@@ -34,6 +34,7 @@ from .errors import InvalidInput, MigrationError, PrmeError
 from .learning import LearningQueue, LearningSync, queue_status, read_hook_document, rejected_records
 from .models import AppliedOp, MaintenancePatch
 from .outbox import LEDGER_KINDS
+from .sqlstate import error_message
 from .validation import loads_bounded
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ _MISSING_SCHEMA = ("3F000", "42883", "42P01")  # invalid_schema_name, undefined_
 
 
 def _database_message(exc: psycopg.Error) -> str:
-    message = exc.diag.message_primary or str(exc)
+    message = error_message(exc)
     if exc.sqlstate in _MISSING_SCHEMA and "prme" in message:
         message += " (this database lacks this release's prme schema: run prme-pg migrate; prme-pg status shows it)"
     return message
@@ -496,8 +497,22 @@ def cmd_token_revoke(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, console: Console) -> int:
-    from .worker import WorkerStats, run_worker
+    from .worker import WorkerStats, run_shard_workers, run_worker
 
+    shards = list(args.shards or [])
+    if args.cluster:
+        from . import shard
+
+        with _connect(args.cluster) as conn:
+            shards += shard.cluster_definition(conn).shards
+    if shards:
+        # One executor per shard, listening on the shard (the proxy hears no NOTIFY).
+        finished = run_shard_workers(shards, worker=args.worker, batch=args.batch, until_idle=args.until_idle)
+        if args.json:
+            _print_json({"finished": finished, "shards": len(shards)})
+        else:
+            console.print(f"workers of {len(shards)} shard(s) stopped after finishing {finished} operation(s)")
+        return EXIT_OK
     dsn = _reachable(args)
 
     def progress(stats: WorkerStats) -> None:
@@ -1111,6 +1126,106 @@ def cmd_journal_verify(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILURE if findings else EXIT_OK
 
 
+# -- shard: the PL/Proxy tier (docs/SCALING.md) ----------------------------------------
+
+
+def cmd_shard_init(args: argparse.Namespace, console: Console) -> int:
+    from . import shard
+
+    with _connect(_require_dsn(args)) as conn:
+        definition = shard.init_cluster(conn, args.shards, args.partitions)
+    if args.json:
+        _print_json({"partitions": list(definition.partitions)})
+    else:
+        for dsn in definition.shards:
+            numbers = definition.partitions_of(dsn)
+            console.print(f"{escape(dsn)}: {len(numbers)} partition(s) {numbers}")
+    return EXIT_OK
+
+
+def cmd_shard_generate(args: argparse.Namespace, console: Console) -> int:
+    from . import proxy
+
+    with _connect(_require_dsn(args)) as conn:
+        script = proxy.generate(conn)
+    if args.output == "-":
+        sys.stdout.write(script)
+    else:
+        Path(args.output).write_text(script, encoding="utf-8")
+        if not args.json:
+            console.print(f"wrote {escape(args.output)}")
+    return EXIT_OK
+
+
+def cmd_shard_migrate(args: argparse.Namespace, console: Console) -> int:
+    from . import shard
+
+    def announce(dsn: str) -> None:
+        if not args.json:
+            console.print(f"migrating [bold]{escape(dsn)}[/bold] ...")
+
+    with _connect(_require_dsn(args)) as conn:
+        applied = shard.migrate_cluster(conn, on_shard=announce)
+    if args.json:
+        _print_json({"applied": {dsn: [m.filename for m in done] for dsn, done in applied.items()}})
+    else:
+        console.print(f"{len(applied)} shard(s) current; the proxy functions were installed from their catalog")
+    return EXIT_OK
+
+
+def cmd_shard_status(args: argparse.Namespace, console: Console) -> int:
+    from . import shard
+
+    with _connect(_require_dsn(args)) as conn:
+        statuses = shard.cluster_status(conn)
+    digests = {s.defaults_digest for s in statuses if s.up}
+    if args.json:
+        _print_json({"shards": [s.as_json() for s in statuses], "defaults_agree": len(digests) <= 1})
+    else:
+        rows = [
+            (
+                s.shard,
+                ",".join(map(str, s.partitions)),
+                "up" if s.up else f"down: {s.error}",
+                s.migrations[-1] if s.migrations else "-",
+                "-" if s.accepts_writes is None else str(s.accepts_writes).lower(),
+                "-" if s.ready is None else f"{s.ready} ready, {s.blocked} blocked, {s.processing} processing",
+            )
+            for s in statuses
+        ]
+        _print_rows(console, "shards", ("shard", "partitions", "state", "migration", "writes", "ledger"), rows)
+        if len(digests) > 1:
+            console.print("the shards' '*' maintenance defaults differ (docs/SCALING.md, 'What is cluster-wide')")
+    return EXIT_OK if all(s.up for s in statuses) else EXIT_FAILURE
+
+
+def cmd_shard_locate(args: argparse.Namespace, console: Console) -> int:
+    from . import shard
+
+    with _connect(_require_dsn(args)) as conn:
+        number, dsn, moved = shard.locate(conn, args.user)
+    if args.json:
+        _print_json({"user_id": args.user, "partition": number, "shard": dsn, "moved": moved})
+    else:
+        console.print(f"{escape(args.user)}: partition {number}{' (moved)' if moved else ''} on {escape(dsn)}")
+    return EXIT_OK
+
+
+def cmd_shard_move(args: argparse.Namespace, console: Console) -> int:
+    from . import shard
+
+    with _connect(_require_dsn(args)) as conn:
+        moved = shard.move_owner(conn, args.user, args.to)
+    if args.json:
+        _print_json(dataclasses.asdict(moved))
+    else:
+        console.print(
+            f"moved {escape(moved.user_id)} to {escape(moved.target)} (partition {moved.partition}): "
+            f"{sum(moved.rows.values())} row(s), {moved.events} event(s) up to seq {moved.last_seq}"
+        )
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="prme-pg",
@@ -1212,6 +1327,19 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker", default=None, help="name shown in receipts (default host:pid)")
     worker.add_argument("--batch", type=_between(1, 1000), default=100, help="operations per transaction (1..1000)")
     worker.add_argument("--until-idle", action="store_true", help="exit when there is nothing left to do")
+    worker.add_argument(
+        "--shard",
+        dest="shards",
+        action="append",
+        metavar="DSN",
+        help="run an executor on this shard instead of --dsn (repeatable; default: none)",
+    )
+    worker.add_argument(
+        "--cluster",
+        default=None,
+        metavar="PROXY_DSN",
+        help="run an executor on every shard of this proxy's cluster definition (default: none)",
+    )
 
     recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
     add_dsn(recall)
@@ -1373,6 +1501,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--maintenance-schedule", default="17 3 * * *", help="cron expression (default 03:17 UTC daily)"
     )
     schedule.add_argument("--maintenance-job", default="prme-maintenance", help="job name of this owner set")
+    shard = add("shard", "Run prme on several servers behind a PL/Proxy database.", lambda a, c: _usage(shard))
+    shard_sub = shard.add_subparsers(dest="shard_command", metavar="ACTION")
+    shard_actions = {
+        "init": ("write the cluster definition (partitions -> shards) into the proxy database", cmd_shard_init),
+        "generate": ("write the proxy functions generated from a shard's catalog", cmd_shard_generate),
+        "migrate": ("migrate every shard, then install the proxy functions generated from them", cmd_shard_migrate),
+        "status": ("each shard's migrations, readiness and ledger backlog; a down shard as down", cmd_shard_status),
+        "locate": ("the partition and shard that hold an owner", cmd_shard_locate),
+        "move": ("move an owner to another shard; its event stream goes on without gap", cmd_shard_move),
+    }
+    for action, (help_text, handler) in shard_actions.items():
+        command = shard_sub.add_parser(action, help=help_text, description=help_text)
+        command.set_defaults(handler=handler)
+        add_dsn(command)
+    shard_sub.choices["init"].add_argument(
+        "--shard",
+        dest="shards",
+        action="append",
+        required=True,
+        metavar="DSN",
+        help="a shard's connection string as the proxy reaches it (repeatable, in order)",
+    )
+    shard_sub.choices["init"].add_argument(
+        "--partitions", type=int, default=16, help="logical partitions, a power of two (default 16)"
+    )
+    shard_sub.choices["generate"].add_argument(
+        "--output", default="-", metavar="FILE", help="where to write the script (default: standard output)"
+    )
+    _add_user(shard_sub.choices["locate"])
+    _add_user(shard_sub.choices["move"])
+    shard_sub.choices["move"].add_argument(
+        "--to", required=True, metavar="SHARD", help="the target shard's connection string, as shard status shows it"
+    )
     journal = add("journal", "Verify a journal, or anchor its head outside the database.", lambda a, c: _usage(journal))
     journal_sub = journal.add_subparsers(dest="journal_command", metavar="ACTION")
     journal_actions = {

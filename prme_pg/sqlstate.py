@@ -14,9 +14,28 @@ exceptions (22), integrity violations (23), program limits (54), a plain RAISE (
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 
-__all__ = ["UNAVAILABLE_CLASSES", "database_unavailable", "describe"]
+__all__ = ["UNAVAILABLE_CLASSES", "database_unavailable", "describe", "error_detail", "error_message"]
+
+#: What PL/Proxy puts before a shard's own message (``prme.get_node(2): [shard_db] REMOTE ERROR: ``)
+#: and detail (``Remote detail: ``): the caller of the proxy is shown the shard's words alone.
+_REMOTE_MESSAGE = re.compile(r"^[\w.]+\(\d+\): \[[^\]]*\] REMOTE ERROR: ")
+_REMOTE_DETAIL = re.compile(r"^Remote detail: ")
+
+
+def error_message(exc: psycopg.Error) -> str:
+    """The server's primary message, as the shard wrote it when the error came through PL/Proxy."""
+    return _REMOTE_MESSAGE.sub("", exc.diag.message_primary or str(exc), count=1)
+
+
+def error_detail(exc: psycopg.Error) -> str | None:
+    """The server's detail, as the shard wrote it when the error came through PL/Proxy."""
+    detail = exc.diag.message_detail
+    return _REMOTE_DETAIL.sub("", detail, count=1) if detail else None
+
 
 #: SQLSTATE classes (or full codes) that say nothing about the request (PostgreSQL, Appendix A).
 UNAVAILABLE_CLASSES = (
@@ -55,7 +74,7 @@ def database_unavailable(exc: BaseException) -> bool:
 def describe(exc: BaseException) -> str:
     """One line for a log or a rejection reason: ``SQLSTATE: message`` (or the exception's type)."""
     if isinstance(exc, psycopg.Error):
-        text = exc.diag.message_primary or str(exc)
+        text = error_message(exc)
         message = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return f"{exc.sqlstate or type(exc).__name__}: {message}"
     return f"{type(exc).__name__}: {exc}"

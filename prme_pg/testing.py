@@ -26,6 +26,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from . import migrations
 __all__ = [
     "FAST_SETTINGS",
     "NoPostgresError",
+    "PgBouncer",
     "PostgresCluster",
     "Server",
     "create_database",
@@ -228,6 +230,63 @@ class PostgresCluster:
             cluster.destroy()
             raise
         return cluster
+
+
+@dataclass
+class PgBouncer:
+    """A throwaway pgbouncer (session pooling) in front of databases: name -> libpq connstring.
+
+    Used between a PL/Proxy database and its shards (docs/SCALING.md): PL/Proxy drops its
+    connection after every remote error, and reconnecting to a local pgbouncer costs a
+    fraction of a new server session. ``auth_type = any`` and the user in each connstring:
+    for tests and benchmarks only.
+    """
+
+    databases: Mapping[str, str]
+    port: int = field(default_factory=free_port)
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="prme-pg-bouncer-")))
+    process: subprocess.Popen[bytes] | None = None
+
+    def dsn(self, name: str, user: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} dbname={name} user={user}"
+
+    def start(self) -> None:
+        binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not Path(binary).exists():
+            raise NoPostgresError("pgbouncer is not installed: apt-get install pgbouncer (scripts/install-system-deps)")
+        entries = "\n".join(f"{name} = {connstring}" for name, connstring in self.databases.items())
+        config = self.root / "pgbouncer.ini"
+        config.write_text(
+            f"[databases]\n{entries}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {self.port}\n"
+            "unix_socket_dir =\nauth_type = any\npool_mode = session\nmax_client_conn = 500\n"
+            "default_pool_size = 20\nserver_login_retry = 1\nquery_wait_timeout = 3\n"
+            f"logfile = {self.root / 'pgbouncer.log'}\npidfile = {self.root / 'pgbouncer.pid'}\n"
+        )
+        command = [binary, str(config)]
+        if os.geteuid() == 0:  # pgbouncer refuses to run as root
+            postgres = pwd.getpwnam("postgres")
+            for path in (self.root, config):
+                os.chown(path, postgres.pw_uid, postgres.pw_gid)
+            command = ["runuser", "-u", "postgres", "--", *command]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        first = next(iter(self.databases))
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                psycopg.connect(self.dsn(first), connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    error = self.process.stderr.read() if self.process.stderr else b""
+                    self.stop()
+                    raise NoPostgresError(f"pgbouncer did not start: {error.decode(errors='replace')}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _docker_answers() -> bool:

@@ -18,6 +18,11 @@ worker
   claimed again), except on the first connection, where an error is raised.
 
 pg_cron can call ``SELECT * FROM prme.run_operations(100, 'pg_cron')`` instead.
+
+Behind a PL/Proxy tier (docs/SCALING.md) each shard has its own ledger and its own
+notifications, which the proxy never hears: :func:`run_shard_workers` runs one
+executor per shard, each connected to (and listening on) its shard, and keeps the
+others working while one shard is down.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ __all__ = [
     "default_worker_name",
     "main",
     "run_batch",
+    "run_shard_workers",
     "run_worker",
     "stop_on_signals",
 ]
@@ -263,6 +269,69 @@ def run_worker(
             if conn is not None:
                 conn.close()
     return stats.finished
+
+
+def run_shard_workers(
+    dsns: Sequence[str],
+    *,
+    stop: threading.Event | None = None,
+    until_idle: bool = False,
+    install_signal_handlers: bool = True,
+    reconnect_delay: float = 1.0,
+    **options: Any,
+) -> int:
+    """One executor per shard, each in its own thread; return how many operations they finished.
+
+    Each thread runs :func:`run_worker` on its shard (``options`` are its keyword
+    arguments). A shard that does not accept a connection is retried every
+    ``reconnect_delay`` seconds while the others work; with ``until_idle`` it is
+    skipped instead (logged), so a script over a partly down cluster still ends.
+    """
+    if not dsns:
+        raise ValueError("at least one shard DSN is needed")
+    stop = stop or threading.Event()
+    finished: list[int] = []
+    lock = threading.Lock()
+
+    def work(dsn: str) -> None:
+        while not stop.is_set():
+            try:
+                done = run_worker(
+                    dsn,
+                    stop=stop,
+                    until_idle=until_idle,
+                    install_signal_handlers=False,
+                    reconnect_delay=reconnect_delay,
+                    **options,
+                )
+            except psycopg.OperationalError as exc:
+                log.warning("shard %s does not answer (%s)", _safe_dsn(dsn), str(exc).strip().splitlines()[0])
+                if until_idle:
+                    return
+                stop.wait(reconnect_delay)
+                continue
+            with lock:
+                finished.append(done)
+            return
+
+    threads = [threading.Thread(target=work, args=(dsn,), name=f"prme-worker-{n}") for n, dsn in enumerate(dsns)]
+    with stop_on_signals(stop, install_signal_handlers):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.25)  # short joins: the main thread keeps handling signals
+    return sum(finished)
+
+
+def _safe_dsn(dsn: str) -> str:
+    """A DSN for a log line: without its password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "(unparsable DSN)"
+    params.pop("password", None)
+    return psycopg.conninfo.make_conninfo(**params)  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,9 +2,11 @@
 
 Each test that takes ``engine`` runs twice: on PostgreSQL (a fresh clone of the
 template database per test, see conftest.py) and on a DuckDB memory pack in a
-temporary folder. Clients are the public ones; the few operations no client
-offers (forcing a column, tampering with the journal, counting rows) go through
-a superuser connection or the pack's own DuckDB connection, as a DBA would.
+temporary folder. The conformance suite (``engine_with_proxy_fixture``) runs a third
+time, ``postgres-proxy``: the clients talk to a PL/Proxy database built from
+sql/proxy/prme_proxy.sql whose one partition is the clone (docs/SCALING.md). Clients
+are the public ones; the few operations no client offers (forcing a column, tampering
+with the journal, counting rows) go through a superuser connection or the pack's own DuckDB connection, as a DBA would.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import duckdb
 import psycopg
 import pytest
 
-from prme_pg import AsyncMemoryClient, MemoryClient
+from prme_pg import AsyncMemoryClient, MemoryClient, shard, testing
 from prme_pg.backends.duckdb import PACK_FILE
 
 ENGINES = ["postgres", "duckdb"]
+#: The conformance suite proper (tests/test_conformance.py) runs on the proxy too.
+ENGINES_WITH_PROXY = ["postgres", "postgres-proxy", "duckdb"]
 _TABLES = ("nodes", "events", "journal", "request_keys")
 
 
@@ -34,13 +38,20 @@ class Engine:
     name: str
     target: str
     clients: list[MemoryClient] = field(default_factory=list)
+    #: Where the clients connect when it is not ``target``: a PL/Proxy database in front of it.
+    client_target: str | None = None
+
+    @property
+    def dsn(self) -> str:
+        """What the clients connect to."""
+        return self.client_target or self.target
 
     # -- clients --
 
     def client(self, **options: Any) -> MemoryClient:
         if self.name == "postgres":
             options.setdefault("max_size", 20)
-        client = MemoryClient(self.target, **options)
+        client = MemoryClient(self.dsn, **options)
         self.clients.append(client)
         # A pack's DuckDB file is opened by the first call that needs it; open it now, as the
         # tests reach under the client (e.g. count rows after a call refused before any I/O).
@@ -50,7 +61,7 @@ class Engine:
     def aclient(self, **options: Any) -> AsyncMemoryClient:
         if self.name == "postgres":
             options.setdefault("max_size", 20)
-        return AsyncMemoryClient(self.target, **options)
+        return AsyncMemoryClient(self.dsn, **options)
 
     def close(self) -> None:
         for client in self.clients:
@@ -115,11 +126,37 @@ class Engine:
 
 @pytest.fixture(name="engine", params=ENGINES)
 def engine_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    # Only the PostgreSQL half asks for a server (and a fresh clone of the template).
-    target = request.getfixturevalue("db_dsn") if request.param == "postgres" else str(tmp_path / "memories")
-    eng = Engine(request.param, target)
-    yield eng
-    eng.close()
+    yield from _engine(request, tmp_path)
+
+
+@pytest.fixture(name="engine", params=ENGINES_WITH_PROXY)
+def engine_with_proxy_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    yield from _engine(request, tmp_path)
+
+
+def _engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    if request.param == "duckdb":
+        eng = Engine(request.param, str(tmp_path / "memories"))
+        yield eng
+        eng.close()
+        return
+    # The PostgreSQL half asks for a server (and a fresh clone of the template).
+    target = request.getfixturevalue("db_dsn")
+    if request.param == "postgres":
+        eng = Engine("postgres", target)
+        yield eng
+        eng.close()
+        return
+    server: testing.Server = request.getfixturevalue("pg_server")
+    proxy_db = testing.create_database(server, template=request.getfixturevalue("proxy_template"), prefix="prme_px")
+    try:
+        with psycopg.connect(server.dsn_for(proxy_db), autocommit=True) as conn:
+            shard.init_cluster(conn, [target], 1)
+        eng = Engine("postgres", target, client_target=server.dsn_for(proxy_db))
+        yield eng
+        eng.close()
+    finally:
+        testing.drop_database(server, proxy_db)
 
 
 @pytest.fixture(name="memory")

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from prme_pg import testing
+from prme_pg import shard, testing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,4 +88,15 @@ def pgtap_connection(pg_server: testing.Server, template_db: str) -> Iterator[ps
     name = testing.create_database(pg_server, template=template_db)
     with psycopg.connect(pg_server.dsn_for(name)) as connection:
         yield connection
+    testing.drop_database(pg_server, name)
+
+
+@pytest.fixture(scope="session")
+def proxy_template(pg_server: testing.Server) -> Iterator[str]:
+    """A database with the checked-in PL/Proxy script installed and no cluster yet (the
+    conformance suite's ``postgres-proxy`` engine clones it; docs/SCALING.md)."""
+    name = testing.create_database(pg_server, prefix="prme_proxy_tpl")
+    with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+        shard.install_proxy(conn, (ROOT / "sql" / "proxy" / "prme_proxy.sql").read_text(encoding="utf-8"))
+    yield name
     testing.drop_database(pg_server, name)

@@ -2,7 +2,8 @@
 
 Every rule of docs/DESIGN.md sections 3 (reinforce) and 4 (the journal) is checked here
 through the public clients, once per engine (the ``engine`` fixture of
-conformance_backends.py). The last part compares the engines byte for byte: the
+conformance_backends.py), and the PostgreSQL half once more through a PL/Proxy
+database (``postgres-proxy``, docs/SCALING.md). The last part compares the engines byte for byte: the
 same fixed inputs give the same journal record text and checksum on both, and
 Python's own verifier (prme_pg.journal) accepts what either writes.
 """
@@ -38,7 +39,13 @@ from prme_pg.backends.duckdb import PACK_FILE, DuckDBBackend
 from prme_pg.journal import canonical_json, checksum, is_canonical, verify_records
 from prme_pg.models import JournalIssue
 
-from .conformance_backends import Engine, SteppingClock, counting_ids, engine_fixture, memory_fixture  # noqa: F401
+from .conformance_backends import (  # noqa: F401
+    Engine,
+    SteppingClock,
+    counting_ids,
+    engine_with_proxy_fixture,
+    memory_fixture,
+)
 
 ALICE = "alice"
 BOB = "bob"
@@ -461,11 +468,11 @@ def test_replay_after_archive_restores_nothing(engine: Engine, memory: MemoryCli
 
 def test_retry_after_reopen_is_a_no_op(engine: Engine) -> None:
     key = uuid.uuid4()
-    with MemoryClient(engine.target) as first:
+    with MemoryClient(engine.dsn) as first:
         node = fresh(first)
         counted = first.reinforce(node.id, user_id=ALICE, request_id=key)
     assert first.closed
-    with MemoryClient(engine.target) as second:  # a new pool, or the pack reopened
+    with MemoryClient(engine.dsn) as second:  # a new pool, or the pack reopened
         retry = second.reinforce(node.id, user_id=ALICE, request_id=key)
         assert retry.replayed is True and retry.version == counted.version == 2
         assert second.get_node(node.id, user_id=ALICE).reinforcement_boost == Decimal("0.15")

@@ -242,6 +242,15 @@ def _rows(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
     return {t: [r[0] for r in conn.execute(query.format(sql.Identifier("prme", t)))] for (t,) in tables}
 
 
+def _rows_kept(conn: psycopg.Connection[Any], before: dict[str, list[str]]) -> dict[str, list[str]]:
+    """:func:`_rows` of the tables in ``before`` (and reader_bindings); the tables later migrations
+    add must be empty."""
+    rows = _rows(conn)
+    added = {t: v for t, v in rows.items() if t not in before and t != "reader_bindings"}
+    assert not any(added.values()), f"tables added by later migrations hold rows: {added}"
+    return {t: v for t, v in rows.items() if t not in added}
+
+
 def _reader_sees(conn: psycopg.Connection[Any], role: str, setting: str = "") -> dict[str, int]:
     with conn.transaction(force_rollback=True):
         conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
@@ -273,7 +282,7 @@ def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -
             assert [m.version for m in migrations.migrate(conn, every)] == [
                 m.version for m in every if m.version >= target
             ]
-            after = _rows(conn)
+            after = _rows_kept(conn, before)
             assert after.pop("reader_bindings") == []
             assert after == before
             assert conn.execute(report).fetchall() == before_report
@@ -286,7 +295,7 @@ def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -
                 " 'eeeeeeee-0000-4000-8000-000000000001', 'cccccccc-0000-4000-8000-000000000001')"
             ).fetchone()
             assert key == (True,), "a key stored before the upgrade still replays"
-            assert _rows(conn) == before | {"reader_bindings": []}, "and the replay wrote nothing"
+            assert _rows_kept(conn, before) == before | {"reader_bindings": []}, "and the replay wrote nothing"
 
             assert _reader_sees(conn, "prme_reader", "bob") == {}
             assert _reader_sees(conn, "prme_auditor") == {"alice": 2, "bob": 1}
@@ -331,7 +340,7 @@ def test_upgrading_to_ledger_fast_submit_loses_nothing(pg_server: testing.Server
             assert [m.version for m in migrations.migrate(conn, every)] == [
                 m.version for m in every if m.version >= target
             ]
-            assert _rows(conn) == before
+            assert _rows_kept(conn, before) == before
             assert conn.execute(events).fetchall() == before_events
             assert checks_before is not None
             assert conn.execute(constraints + " AND contype = 'c'").fetchone() == (checks_before[0] - 2,)
@@ -341,5 +350,43 @@ def test_upgrading_to_ledger_fast_submit_loses_nothing(pg_server: testing.Server
             assert outcomes == [("committed",)]
             states = "SELECT state FROM prme.operations ORDER BY operation_id"
             assert conn.execute(states).fetchall() == [("committed",), ("committed",)]
+    finally:
+        testing.drop_database(pg_server, name)
+
+
+# -- owner_streams: the upgrade from the release before it loses nothing ------------
+
+
+def test_upgrading_to_owner_streams_keeps_every_stream(pg_server: testing.Server) -> None:
+    """A ledger filled before owner_streams reads the same stream after it, and goes on after it."""
+    every = migrations.load_migrations()
+    target = next(m.version for m in every if m.name == "owner_streams")
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    stream = "SELECT seq, operation_id, operation_seq, state, detail FROM prme.operation_events('alice') ORDER BY seq"
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            migrations.migrate(conn, [m for m in every if m.version < target])
+            conn.execute(FILL_BEFORE.encode())
+            for n in range(3):
+                conn.execute(
+                    "SELECT prme.submit_operation('alice', %s, 2, 'add_event', '{}', prme.payload_hash(%s), %s)",
+                    [f"dddddddd-0000-4000-8000-00000000000{n}", f'{{"content": "e{n}"}}', f'{{"content": "e{n}"}}'],
+                )
+            conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+            before, before_stream = _rows(conn), conn.execute(stream).fetchall()
+            assert len(before_stream) >= 9, "not vacuous: accepted, processing, committed per operation"
+
+            assert [m.version for m in migrations.migrate(conn, every)] == [
+                m.version for m in every if m.version >= target
+            ]
+            assert _rows_kept(conn, before) == before
+            assert conn.execute(stream).fetchall() == before_stream
+            assert conn.execute("SELECT count(*) FROM prme.owner_streams").fetchone() == (0,)
+            conn.execute(
+                "SELECT prme.submit_operation('alice', 'dddddddd-0000-4000-8000-0000000000ff', 2, 'add_event', '{}',"
+                ' prme.payload_hash(\'{"content": "after"}\'), \'{"content": "after"}\')'
+            )
+            after = conn.execute(stream).fetchall()
+            assert after[: len(before_stream)] == before_stream and len(after) == len(before_stream) + 1
     finally:
         testing.drop_database(pg_server, name)

@@ -54,6 +54,7 @@ from ..models import (
     ReplayResult,
     Snapshot,
 )
+from ..sqlstate import error_detail, error_message
 from . import (
     AddEvent,
     AddNode,
@@ -651,6 +652,33 @@ class Call(Generic[T]):
         return cast(T, rows[0])
 
 
+def readiness_of_shards(rows: list[Any]) -> tuple[bool, list[str]]:
+    """``prme.readiness()`` rows as one answer: a server gives one row, a PL/Proxy tier one per
+    shard (docs/SCALING.md). Writes are accepted when every shard accepts them (a shard that is
+    down answers false); the migrations are those every shard has applied."""
+    accepts = bool(rows) and all(bool(row[0]) for row in rows)
+    applied = [list(row[1] or []) for row in rows]
+    common = [m for m in applied[0] if all(m in other for other in applied[1:])] if applied else []
+    return accepts, common
+
+
+def ledger_status_of_shards(rows: list[LedgerStatus]) -> LedgerStatus:
+    """``prme.ledger_status()`` rows as one answer: the sums of the shards' backlogs, the oldest
+    of their oldest operations; accepting when every shard accepts (a down shard does not)."""
+    if len(rows) == 1:
+        return rows[0]
+    oldest = [row for row in rows if row.oldest_ready_at is not None]
+    first = min(oldest, key=lambda row: row.oldest_ready_at or 0) if oldest else None
+    return LedgerStatus(
+        accepting=bool(rows) and all(row.accepting for row in rows),
+        ready=sum(row.ready or 0 for row in rows),
+        blocked=sum(row.blocked or 0 for row in rows),
+        processing=sum(row.processing or 0 for row in rows),
+        oldest_ready_at=None if first is None else first.oldest_ready_at,
+        oldest_ready_age=None if first is None else first.oldest_ready_age,
+    )
+
+
 def _all(rows: list[Any]) -> list[Any]:
     return rows
 
@@ -791,7 +819,7 @@ def statement(request: Request[T]) -> Call[T]:
                 lambda rows: bool(rows[0][0]),
             )
         case GetReadiness():
-            call = Call(READINESS, {}, tuple_row, lambda rows: (bool(rows[0][0]), list(rows[0][1])))
+            call = Call(READINESS, {}, tuple_row, readiness_of_shards)
         case Recall():
             call = Call(
                 RECALL,
@@ -949,7 +977,7 @@ def statement(request: Request[T]) -> Call[T]:
                 _all,
             )
         case GetLedgerStatus():
-            call = Call(LEDGER_STATUS, {}, ledger_status_row)
+            call = Call(LEDGER_STATUS, {}, ledger_status_row, ledger_status_of_shards)
         case _:
             raise TypeError(f"not a prme_pg request: {request!r}")
     return cast(Call[T], call)
@@ -969,9 +997,9 @@ def translate_error(exc: psycopg.Error | UnicodeEncodeError) -> Exception:
     if isinstance(exc, UnicodeEncodeError):
         return InvalidInput(f"text is not valid Unicode: {exc.reason}")
     sqlstate = exc.sqlstate or ""
-    message = exc.diag.message_primary or str(exc)
-    if exc.diag.message_detail:
-        message = f"{message} ({exc.diag.message_detail})"
+    message = error_message(exc)  # through PL/Proxy too: the shard's own words (docs/SCALING.md)
+    if detail := error_detail(exc):
+        message = f"{message} ({detail})"
     error = SQLSTATE_ERRORS.get(sqlstate)
     if error is not None:
         return error(message)

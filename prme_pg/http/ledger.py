@@ -138,9 +138,14 @@ async def _poll(
     yield ": prme-pg operation events\n\n"
     try:
         while True:
-            events = await client.operation_events(
-                user_id=token.user_id, after_seq=after_seq, operation_id=operation_id, max_count=STREAM_BATCH
-            )
+            try:
+                events = await client.operation_events(
+                    user_id=token.user_id, after_seq=after_seq, operation_id=operation_id, max_count=STREAM_BATCH
+                )
+            except psycopg.errors.ObjectInUse:
+                # 55006 from a PL/Proxy tier: the owner is being moved to another shard
+                # (docs/SCALING.md). The stream waits for the move and goes on from there.
+                events = []
             for event in events:
                 yield _message(event)
                 after_seq = event.seq
