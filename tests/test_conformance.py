@@ -317,7 +317,7 @@ def test_concurrent_same_key_threads_count_once(engine: Engine) -> None:
     final = memory.get_node(node.id, user_id=ALICE)
     assert final.version == 2 and final.reinforcement_boost == Decimal("0.15")
     assert final.evidence_refs == (evidence.id,)
-    assert engine.count("journal", ALICE) == 2 and engine.count("request_keys", ALICE) == 1
+    assert engine.count("journal", ALICE) == 2 and engine.keys(ALICE) == 1
     assert_journal_verifies(memory, ALICE)
 
 
@@ -338,7 +338,7 @@ def test_concurrent_distinct_keys_threads_all_count(engine: Engine) -> None:
     final = memory.get_node(node.id, user_id=ALICE)
     assert final.version == 1 + THREADS
     assert (final.reinforcement_boost, final.confidence_base) == (boost_cap, confidence_cap)
-    assert engine.count("request_keys", ALICE) == THREADS
+    assert engine.keys(ALICE) == THREADS
     assert_journal_verifies(memory, ALICE)
 
 
@@ -393,7 +393,7 @@ def test_keys_are_scoped_by_owner_and_namespace(engine: Engine, memory: MemoryCl
     assert [r.replayed for r in (a, b, c)] == [False, False, False]
     assert [r.version for r in (a, b, c)] == [2, 2, 2]
     assert memory.reinforce(bob.id, user_id=BOB, request_id=key).replayed is True
-    assert engine.count("request_keys") == 3
+    assert engine.keys() == 3
 
 
 def test_another_owners_node_is_not_found(engine: Engine, memory: MemoryClient) -> None:
@@ -520,7 +520,7 @@ def test_cancelled_async_call_that_committed_is_replayed(engine: Engine) -> None
         assert cancelled  # the caller saw a cancellation, yet the call committed
     assert retry.replayed is True
     assert retry.version == final.version == 2
-    assert engine.count("journal", ALICE) == 2 and engine.count("request_keys", ALICE) == 1
+    assert engine.count("journal", ALICE) == 2 and engine.keys(ALICE) == 1
 
 
 def test_cancelled_async_call_before_commit_counts_once_with_retry(engine: Engine) -> None:
@@ -563,7 +563,7 @@ def test_cancelled_async_call_before_commit_counts_once_with_retry(engine: Engin
 
     final = asyncio.run(scenario())
     assert final.version == 2 and final.reinforcement_boost == Decimal("0.15")
-    assert engine.count("request_keys", ALICE) == 1
+    assert engine.keys(ALICE) == 1
 
 
 # -- the journal ------------------------------------------------------------------------

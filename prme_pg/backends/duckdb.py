@@ -99,8 +99,9 @@ T = TypeVar("T")
 
 DEFAULT_PATH = "./memories"
 PACK_FILE = "pack.duckdb"
-#: Layout version of the tables in a pack; a newer pack is refused, not misread.
-FORMAT_VERSION = 1
+#: Layout version of the tables in a pack; a newer pack is refused, not misread. 2: a
+#: confirmation's idempotency key is its journal record (journal.key_namespace).
+FORMAT_VERSION = 2
 #: How long one call keeps retrying while another connection conflicts with it.
 CONFLICT_TIMEOUT = 10.0
 
@@ -191,15 +192,19 @@ INSERT_NODE = (
 
 # What decides a reinforce, in one read: the node, its key (scoped to the node's
 # owner and namespace) and whether the evidence shares the node's owner and scope.
-# A replay, a conflict or "not found" is answered from this alone.
+# A replay, a conflict or "not found" is answered from this alone. A confirmation's
+# key is its journal record (index journal_request_key); any other call's key is a
+# request_keys row.
 REINFORCE_LOOKUP = """
 SELECT
     n AS node,
-    k.request_id IS NOT NULL AS key_found,
-    coalesce(k.operation = 'reinforce' AND k.node_id = n.id
-        AND k.evidence_id IS NOT DISTINCT FROM CAST($evidence_id AS UUID), FALSE) AS key_matches,
+    j.request_id IS NOT NULL OR k.request_id IS NOT NULL AS key_found,
+    coalesce(j.op = 'reinforce' AND j.node_id = n.id
+        AND j.evidence_id IS NOT DISTINCT FROM CAST($evidence_id AS UUID), FALSE) AS key_matches,
     e.id IS NOT NULL AS evidence_found
 FROM prme.nodes AS n
+LEFT JOIN prme.journal AS j
+    ON j.user_id = n.user_id AND j.key_namespace = n.namespace AND j.request_id = CAST($request_id AS UUID)
 LEFT JOIN prme.request_keys AS k
     ON k.user_id = n.user_id AND k.namespace = n.namespace AND k.request_id = CAST($request_id AS UUID)
 LEFT JOIN prme.events AS e
@@ -243,11 +248,6 @@ FROM (
 ) AS q
 """
 
-INSERT_KEY = (
-    "INSERT INTO prme.request_keys VALUES ($user_id, $namespace, $request_id, $operation, $node_id, "
-    "$evidence_id, $node_version, $created_at)"
-)
-
 # Writing a node takes two statements on purpose. DuckDB stores an update of a
 # LIST column as delete + insert of the row, and misses write-write conflicts
 # between such an update and a concurrent update of the row's other columns (one
@@ -271,7 +271,7 @@ UPDATE_EVIDENCE = "UPDATE prme.nodes SET evidence_refs = $evidence_refs WHERE us
 
 INSERT_JOURNAL = (
     "INSERT INTO prme.journal VALUES ($user_id, $node_id, $node_version, 2, $op, $operation_id, "
-    "$request_id, $evidence_id, $record, $checksum, $prev_checksum, $recorded_at)"
+    "$request_id, $evidence_id, $record, $checksum, $prev_checksum, $recorded_at, $key_namespace)"
 )
 
 INSERT_EVENT = (
@@ -514,6 +514,11 @@ class DuckDBBackend:
                 raise PrmeError(
                     f"the memory pack at {self.path} has format {row[0]}, newer than this prme-pg "
                     f"(format {FORMAT_VERSION}): upgrade prme-pg to open it"
+                )
+            elif int(row[0]) < FORMAT_VERSION:
+                # The scripts above have just upgraded it: an older prme-pg now refuses it.
+                con.execute(
+                    "UPDATE prme.pack_info SET value = $v WHERE key = 'format_version'", {"v": str(FORMAT_VERSION)}
                 )
 
         self.run(install)
@@ -766,37 +771,25 @@ class DuckDBBackend:
             entry = con.execute(REINFORCE_ENTRY, {**lookup, "operation_id": operation_id, "now": now}).fetchone()
             assert entry is not None
             after, record, checksum = entry
-            self._write(
-                con,
-                node,
-                after,
-                "reinforce",
-                operation_id,
-                record,
-                checksum,
-                request_id=request.request_id,
-                evidence_id=request.evidence_id,
-            )
-            # The key last, once the record it names exists (as prme.reinforce does).
-            if request.request_id is not None:
-                try:
-                    con.execute(
-                        INSERT_KEY,
-                        {
-                            "user_id": user_id,
-                            "namespace": node["namespace"],
-                            "request_id": request.request_id,
-                            "operation": "reinforce",
-                            "node_id": request.node_id,
-                            "evidence_id": request.evidence_id,
-                            "node_version": after["version"],
-                            "created_at": now,
-                        },
-                    )
-                except duckdb.ConstraintException as exc:
-                    # Committed by another connection since this transaction began:
-                    # run again, and the key is then found (a replay or a conflict).
-                    raise _Retry from exc
+            # The journal record carries the key (as prme.reinforce's does): no key row.
+            try:
+                self._write(
+                    con,
+                    node,
+                    after,
+                    "reinforce",
+                    operation_id,
+                    record,
+                    checksum,
+                    request_id=request.request_id,
+                    evidence_id=request.evidence_id,
+                )
+            except duckdb.ConstraintException as exc:
+                if request.request_id is None:
+                    raise
+                # The key was committed by another connection since this transaction
+                # began: run again, and the key is then found (a replay or a conflict).
+                raise _Retry from exc
             return _node(after)
 
         return self.run(work)
@@ -901,6 +894,7 @@ class DuckDBBackend:
                 "checksum": checksum,
                 "prev_checksum": prev_checksum,
                 "recorded_at": after["updated_at"],
+                "key_namespace": None if request_id is None else after["namespace"],
             },
         )
 
