@@ -2,10 +2,10 @@
 -- prme-pg: reinforce (explicit confirmation of a memory)
 --
 -- The reference semantics are docs/DESIGN.md section 3; in short:
---   1. validate; 2. a committed key for this same node and evidence is a replay:
---   return the current node, write nothing, take no row lock; a key bound to
---   anything else is PR409; 3. lock the node (missing, foreign or archived is
---   PR404) and re-check the key against a call that committed while we waited;
+--   1. validate; 2. under the key's advisory lock, a committed key for this same
+--   node and evidence is a replay: return the current node, write nothing, take no
+--   row lock; a key bound to anything else is PR409; 3. lock the node (missing,
+--   foreign or archived is PR404);
 --   4. evidence must share the node's owner and scope; 5. additive caps that never
 --   reduce; 6. one journal record, which carries the key (request_id, unique per
 --   user_id and namespace); 7. that record is the explicit_reinforcement outcome,
@@ -70,11 +70,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_journal prme.journal;
+    v_journal record;
     v_key prme.request_keys;
 BEGIN
     -- A confirmation's key is its journal record (index journal_request_key).
-    SELECT j.* INTO v_journal
+    SELECT j.op, j.node_id, j.evidence_id INTO v_journal
     FROM prme.journal AS j
     WHERE j.user_id = _key_replays.user_id
       AND j.key_namespace = _key_replays.namespace
@@ -109,7 +109,7 @@ $$;
 
 COMMENT ON FUNCTION prme._key_replays(text, text, uuid, text, uuid, uuid) IS
 'Internal (volatile on purpose: each call reads with a fresh snapshot, so it sees keys committed while the '
-'caller waited for a lock): true when a committed key binds request_id to this same operation, node and '
+'caller waited for the key''s advisory lock): true when a committed key binds request_id to this same operation, node and '
 'evidence (a replay); false when the key is unused; PR409 when it is bound to anything else. A key is a journal '
 'record carrying request_id (reinforce) or a prme.request_keys row (record_outcome).';
 
@@ -136,20 +136,23 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
     END IF;
 
-    -- 2. Replay check before any lock: a plain read, no WAL.
+    -- 2. Replay check before any row lock: plain reads, no WAL. The key's advisory
+    -- lock (prme._key_lock: memory only, no WAL either) comes first, and every call
+    -- that claims a key holds it until it commits, so the key seen here stays the key
+    -- until this call commits: no re-check is needed once the row is locked.
     IF reinforce.request_id IS NOT NULL THEN
-        SELECT n.* INTO v_node
+        SELECT n.namespace INTO v_node.namespace
         FROM prme.nodes AS n
         WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
         END IF;
+        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, reinforce.request_id));
         IF prme._key_replays(
             v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
         ) THEN
-            -- Read the node again: the call that committed the key may have committed
-            -- after the read above, and a replay returns the current node. Seeing the
-            -- key guarantees this new snapshot sees that call's update too.
+            -- Read the node now: a replay returns the current node, and this new
+            -- snapshot sees the update of the call that committed the key.
             SELECT n.* INTO v_node
             FROM prme.nodes AS n
             WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
@@ -172,18 +175,6 @@ BEGIN
         WHERE e.user_id = v_user_id AND e.id = reinforce.evidence_id AND e.scope = v_node.scope;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'evidence not found';
-        END IF;
-    END IF;
-
-    -- Re-check the key under the locks: a call with this key that committed while
-    -- we waited (for the row, or for the key's advisory lock that record_outcome
-    -- also takes) is visible to this new statement.
-    IF reinforce.request_id IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, reinforce.request_id));
-        IF prme._key_replays(
-            v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
-        ) THEN
-            RETURN prme._node_view(v_node, TRUE);
         END IF;
     END IF;
 
@@ -220,10 +211,9 @@ BEGIN
         reinforcements = v_after.reinforcements
     WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
 
-    -- The record claims the key (journal_request_key). Calls on this node are
-    -- serialised by the row lock and calls with this key by its advisory lock, so a
-    -- conflict here is not expected; were it to happen it is PR409, which also undoes
-    -- this call's update.
+    -- The record claims the key (journal_request_key). Calls with this key are
+    -- serialised by its advisory lock, so a conflict here is not expected; were it to
+    -- happen it is PR409, which also undoes this call's update.
     INSERT INTO prme.journal SELECT v_entry.*
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
