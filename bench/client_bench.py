@@ -300,10 +300,19 @@ def _by_hand(con: duckdb.DuckDBPyConnection, nodes: list[uuid.UUID]) -> Callable
         }  # fmt: skip
         record = json.dumps(
             {
-                "after": after, "before": before, "evidence_id": None, "node_id": str(node_id), "op": "reinforce",
-                "operation_id": str(uuid.uuid4()), "policy": "additive_caps_v1", "prev_checksum": last_checksum,
-                "recorded_at": now.isoformat(), "request_id": str(request_id), "user_id": USER, "version": 2,
-            },  # fmt: skip
+                "after": after,
+                "before": before,
+                "evidence_id": None,
+                "node_id": str(node_id),
+                "op": "reinforce",
+                "operation_id": str(uuid.uuid4()),
+                "policy": "additive_caps_v1",
+                "prev_checksum": last_checksum,
+                "recorded_at": now.isoformat(),
+                "request_id": str(request_id),
+                "user_id": USER,
+                "version": 2,
+            },
             sort_keys=True,
             separators=(",", ":"),
         )

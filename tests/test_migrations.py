@@ -271,9 +271,7 @@ def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -
             assert _reader_sees(conn, "prme_reader", "bob") == {"bob": 1}, "the hole 0011 closes"
 
             # Up to 0011 only: later migrations move rows on purpose (0012_hot_path has its own test).
-            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [
-                target
-            ]
+            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
             after = _rows(conn)
             assert after.pop("reader_bindings") == []
             assert after == before
@@ -371,9 +369,7 @@ def test_upgrading_to_hot_path_loses_nothing(pg_server: testing.Server) -> None:
             keys_before = conn.execute("SELECT operation, count(*) FROM prme.request_keys GROUP BY 1 ORDER BY 1")
             assert keys_before.fetchall() == [("record_outcome", 1), ("reinforce", 5)]
 
-            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [
-                target
-            ]
+            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
             after = _rows(conn)
             # The rows that moved: reinforce keys went into their journal records, confirmation
             # counts onto their nodes; nothing else changed.

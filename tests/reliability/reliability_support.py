@@ -167,9 +167,9 @@ def objects_of(conn: psycopg.Connection[Any], owner: str) -> dict[str, list[Any]
     for name, (table, column) in REFERENCES.items():
         if table in existing:
             # IS NOT NULL: a journal record without a key names no key.
-            query = sql.SQL("SELECT DISTINCT {0} FROM prme.{1} WHERE user_id = %s AND {0} IS NOT NULL ORDER BY 1").format(
-                sql.Identifier(column), sql.Identifier(table)
-            )
+            query = sql.SQL(
+                "SELECT DISTINCT {0} FROM prme.{1} WHERE user_id = %s AND {0} IS NOT NULL ORDER BY 1"
+            ).format(sql.Identifier(column), sql.Identifier(table))
             found[name] = [row[0] for row in conn.execute(query, [owner])]
     return found
 

@@ -252,9 +252,7 @@ def test_request_cut_in_flight_counts_exactly_once(
                 what="the cut backend to exit",
             )
             was_committed = (
-                superuser.execute(
-                    "SELECT count(*) FROM prme.journal WHERE request_id = %s", [request_id]
-                ).fetchone()[0]
+                superuser.execute("SELECT count(*) FROM prme.journal WHERE request_id = %s", [request_id]).fetchone()[0]
                 == 1
             )
             committed += was_committed
