@@ -14,6 +14,9 @@
 --     (outcome_summary, node_outcomes, maintenance_report, maintenance_patch, mark_reviewed)
 --     read confirmations from the node and its journal. reviewed_explicit_reinforcements
 --     keeps counting both.
+--   * The journal record's text is built by SQL-standard-body functions that PostgreSQL
+--     inlines (_json_time, _node_state, _journal_record_v2, and the caps), not PL/pgSQL
+--     calls with a SET clause each; the records are byte for byte the same.
 --   * The node_maintenance mirror no longer copies confidence_base (the report reads it from
 --     the node), so a confirmation fires no trigger; pending_moves, confidence_base and
 --     confidence_ten_thousandths are dropped from prme.node_maintenance (the report computes
@@ -120,7 +123,91 @@ COMMENT ON TABLE prme.node_maintenance IS
 'of its outcome rows (confirmations are counted by prme.nodes.reinforcements), the totals its last review settled '
 '(over both), and the overdue cycles decayed against its schedule. See docs/MAINTENANCE.md.';
 
+-- >>> sql/postgres/040_nodes.sql
+
+CREATE OR REPLACE FUNCTION prme._json_time(value timestamptz)
+RETURNS text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+-- UTC, always six fractional digits: independent of the session's TimeZone and DateStyle.
+RETURN coalesce('"' || to_char(value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'null');
+
+COMMENT ON FUNCTION prme._json_time(timestamptz) IS
+'Internal: a timestamp as a journal JSON value, "YYYY-MM-DDTHH:MM:SS.ffffffZ" in UTC, or null.';
+
+
+CREATE OR REPLACE FUNCTION prme._node_state(node prme.nodes)
+RETURNS text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+-- RFC 8785 text built directly: keys in sorted order, no whitespace. to_json()
+-- escapes strings exactly as RFC 8785 does; trim_scale() gives the shortest
+-- decimal form of a numeric(5,4) (0.6500 -> 0.65, 1.0000 -> 1).
+RETURN '{"confidence_base":' || trim_scale(node.confidence_base)::text
+        || ',"content":' || to_json(node.content)::text
+        || ',"created_at":' || prme._json_time(node.created_at)
+        || ',"decay_profile":' || to_json(node.decay_profile)::text
+        || ',"evidence_refs":' || array_to_json(node.evidence_refs)::text
+        || ',"id":"' || node.id::text
+        || '","kind":' || to_json(node.kind)::text
+        || ',"last_reinforced_at":' || prme._json_time(node.last_reinforced_at)
+        || ',"lifecycle_state":' || to_json(node.lifecycle_state)::text
+        || ',"namespace":' || to_json(node.namespace)::text
+        || ',"next_review_at":' || prme._json_time(node.next_review_at)
+        || ',"reinforcement_boost":' || trim_scale(node.reinforcement_boost)::text
+        || ',"salience_base":' || trim_scale(node.salience_base)::text
+        || ',"scope":' || to_json(node.scope)::text
+        || ',"stability":' || to_json(node.stability)::text
+        || ',"updated_at":' || prme._json_time(node.updated_at)
+        || ',"user_id":' || to_json(node.user_id)::text
+        || ',"version":' || node.version::text
+        || '}';
+
+COMMENT ON FUNCTION prme._node_state(prme.nodes) IS
+'Internal: the complete state of a node as RFC 8785 canonical JSON, as journal records embed it '
+'(every column but derived ones).';
+
+
 -- >>> sql/postgres/060_journal.sql
+
+CREATE OR REPLACE FUNCTION prme._journal_record_v2(
+    op text,
+    policy text,
+    operation_id uuid,
+    request_id uuid,
+    user_id text,
+    node_id uuid,
+    evidence_id uuid,
+    before_state text,
+    after_state text,
+    prev_checksum text,
+    recorded_at timestamptz
+)
+RETURNS text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+-- Keys in RFC 8785 order (all ASCII, so code-unit order is byte order). SQL-standard
+-- body, no SET clause: inlined (040_nodes.sql, _json_time).
+RETURN '{"after":' || after_state
+        || ',"before":' || coalesce(before_state, 'null')
+        || ',"evidence_id":' || coalesce('"' || evidence_id::text || '"', 'null')
+        || ',"node_id":"' || node_id::text
+        || '","op":' || to_json(op)::text
+        || ',"operation_id":"' || operation_id::text
+        || '","policy":' || coalesce(to_json(policy)::text, 'null')
+        || ',"prev_checksum":' || coalesce('"' || prev_checksum || '"', 'null')
+        || ',"recorded_at":' || prme._json_time(recorded_at)
+        || ',"request_id":' || coalesce('"' || request_id::text || '"', 'null')
+        || ',"user_id":' || to_json(user_id)::text
+        || ',"version":2}';
+
+COMMENT ON FUNCTION prme._journal_record_v2(text, text, uuid, uuid, text, uuid, uuid, text, text, text, timestamptz) IS
+'Internal: the canonical text of a version 2 journal record. Pure, so other implementations '
+'(the DuckDB port, the Python verifier) are tested byte for byte against it.';
+
 
 CREATE OR REPLACE FUNCTION prme._journal_entry(
     op text,
@@ -367,6 +454,30 @@ COMMENT ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric
 
 -- >>> sql/postgres/110_reinforce.sql
 
+CREATE OR REPLACE FUNCTION prme._reinforced_boost(boost numeric)
+RETURNS numeric
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+-- +0.15 up to a cap of 0.5; a value already above the cap is kept, never reduced.
+RETURN greatest(boost, least(boost + 0.15, 0.5));
+
+COMMENT ON FUNCTION prme._reinforced_boost(numeric) IS
+'Internal, policy additive_caps_v1: reinforcement_boost after one confirmation, greatest(b, least(b + 0.15, 0.5)).';
+
+
+CREATE OR REPLACE FUNCTION prme._reinforced_confidence(confidence numeric)
+RETURNS numeric
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+-- +0.05 up to a cap of 0.95; a value already above the cap is kept, never reduced.
+RETURN greatest(confidence, least(confidence + 0.05, 0.95));
+
+COMMENT ON FUNCTION prme._reinforced_confidence(numeric) IS
+'Internal, policy additive_caps_v1: confidence_base after one confirmation, greatest(c, least(c + 0.05, 0.95)).';
+
+
 CREATE OR REPLACE FUNCTION prme._key_lock(user_id text, namespace text, request_id uuid)
 RETURNS bigint
 LANGUAGE sql
@@ -537,17 +648,10 @@ BEGIN
         reinforcements = v_after.reinforcements
     WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
 
-    -- The record claims the key (journal_request_key). Calls with this key are
-    -- serialised by its advisory lock, so a conflict here is not expected; were it to
-    -- happen it is PR409, which also undoes this call's update.
-    INSERT INTO prme.journal SELECT v_entry.*
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR409',
-            MESSAGE = 'request_id was already used for another request',
-            DETAIL = 'an idempotency key is bound to one operation, node and evidence';
-    END IF;
+    -- The record claims the key (journal_request_key). Every call that claims a key
+    -- holds its advisory lock, so no API call can have claimed it since the check
+    -- above: a plain INSERT, no speculative insertion (ON CONFLICT).
+    INSERT INTO prme.journal SELECT v_entry.*;
 
     RETURN prme._node_view(v_after, FALSE);
 END;
@@ -1259,4 +1363,4 @@ COMMENT ON FUNCTION prme.maintenance_report(text, timestamptz) IS
 
 REVOKE ALL ON FUNCTION prme._key_lock(text, text, uuid) FROM public;
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (12, 'hot_path', '3528714d98398c99e2d0e78b76a21854ad3a40d37dfb24263d28d4e71af64c00');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (12, 'hot_path', '28cc019c045f2284d940e2dc0e7a17d1faedb83fdc88f493cfaa045a1bf5d19e');

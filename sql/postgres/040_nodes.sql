@@ -132,32 +132,31 @@ $$;
 COMMENT ON FUNCTION prme._node_view(prme.nodes, boolean) IS
 'Internal: the API view of a node row (drops derived columns, adds replayed).';
 
+-- SQL-standard bodies, no SET clause (here and in _node_state, 060's
+-- _journal_record_v2, 110's caps): bound to their objects when created, so the
+-- session's search_path cannot reach them, and inlined into the statement that
+-- calls them. Every confirmation builds two node states and a record with them
+-- (docs/REINFORCE.md, "Hot path").
 CREATE FUNCTION prme._json_time(value timestamptz)
 RETURNS text
-LANGUAGE plpgsql
+LANGUAGE sql
 STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- UTC, always six fractional digits: independent of the session's TimeZone and DateStyle.
-    RETURN coalesce('"' || to_char(value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'null');
-END;
-$$;
+PARALLEL SAFE
+-- UTC, always six fractional digits: independent of the session's TimeZone and DateStyle.
+RETURN coalesce('"' || to_char(value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'null');
 
 COMMENT ON FUNCTION prme._json_time(timestamptz) IS
 'Internal: a timestamp as a journal JSON value, "YYYY-MM-DDTHH:MM:SS.ffffffZ" in UTC, or null.';
 
 CREATE FUNCTION prme._node_state(node prme.nodes)
 RETURNS text
-LANGUAGE plpgsql
+LANGUAGE sql
 STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- RFC 8785 text built directly: keys in sorted order, no whitespace. to_json()
-    -- escapes strings exactly as RFC 8785 does; trim_scale() gives the shortest
-    -- decimal form of a numeric(5,4) (0.6500 -> 0.65, 1.0000 -> 1).
-    RETURN '{"confidence_base":' || trim_scale(node.confidence_base)::text
+PARALLEL SAFE
+-- RFC 8785 text built directly: keys in sorted order, no whitespace. to_json()
+-- escapes strings exactly as RFC 8785 does; trim_scale() gives the shortest
+-- decimal form of a numeric(5,4) (0.6500 -> 0.65, 1.0000 -> 1).
+RETURN '{"confidence_base":' || trim_scale(node.confidence_base)::text
         || ',"content":' || to_json(node.content)::text
         || ',"created_at":' || prme._json_time(node.created_at)
         || ',"decay_profile":' || to_json(node.decay_profile)::text
@@ -176,8 +175,6 @@ BEGIN
         || ',"user_id":' || to_json(node.user_id)::text
         || ',"version":' || node.version::text
         || '}';
-END;
-$$;
 
 COMMENT ON FUNCTION prme._node_state(prme.nodes) IS
 'Internal: the complete state of a node as RFC 8785 canonical JSON, as journal records embed it '

@@ -85,13 +85,12 @@ CREATE FUNCTION prme._journal_record_v2(
     recorded_at timestamptz
 )
 RETURNS text
-LANGUAGE plpgsql
+LANGUAGE sql
 STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- Keys in RFC 8785 order (all ASCII, so code-unit order is byte order).
-    RETURN '{"after":' || after_state
+PARALLEL SAFE
+-- Keys in RFC 8785 order (all ASCII, so code-unit order is byte order). SQL-standard
+-- body, no SET clause: inlined (040_nodes.sql, _json_time).
+RETURN '{"after":' || after_state
         || ',"before":' || coalesce(before_state, 'null')
         || ',"evidence_id":' || coalesce('"' || evidence_id::text || '"', 'null')
         || ',"node_id":"' || node_id::text
@@ -103,8 +102,6 @@ BEGIN
         || ',"request_id":' || coalesce('"' || request_id::text || '"', 'null')
         || ',"user_id":' || to_json(user_id)::text
         || ',"version":2}';
-END;
-$$;
 
 COMMENT ON FUNCTION prme._journal_record_v2(text, text, uuid, uuid, text, uuid, uuid, text, text, text, timestamptz) IS
 'Internal: the canonical text of a version 2 journal record. Pure, so other implementations '

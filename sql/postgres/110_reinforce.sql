@@ -13,32 +13,25 @@
 --   writes the node row and its journal record, nothing else.
 -- =============================================================================
 
+-- SQL-standard bodies, no SET clause: inlined (040_nodes.sql, _json_time).
 CREATE FUNCTION prme._reinforced_boost(boost numeric)
 RETURNS numeric
-LANGUAGE plpgsql
+LANGUAGE sql
 IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- +0.15 up to a cap of 0.5; a value already above the cap is kept, never reduced.
-    RETURN greatest(boost, least(boost + 0.15, 0.5));
-END;
-$$;
+PARALLEL SAFE
+-- +0.15 up to a cap of 0.5; a value already above the cap is kept, never reduced.
+RETURN greatest(boost, least(boost + 0.15, 0.5));
 
 COMMENT ON FUNCTION prme._reinforced_boost(numeric) IS
 'Internal, policy additive_caps_v1: reinforcement_boost after one confirmation, greatest(b, least(b + 0.15, 0.5)).';
 
 CREATE FUNCTION prme._reinforced_confidence(confidence numeric)
 RETURNS numeric
-LANGUAGE plpgsql
+LANGUAGE sql
 IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- +0.05 up to a cap of 0.95; a value already above the cap is kept, never reduced.
-    RETURN greatest(confidence, least(confidence + 0.05, 0.95));
-END;
-$$;
+PARALLEL SAFE
+-- +0.05 up to a cap of 0.95; a value already above the cap is kept, never reduced.
+RETURN greatest(confidence, least(confidence + 0.05, 0.95));
 
 COMMENT ON FUNCTION prme._reinforced_confidence(numeric) IS
 'Internal, policy additive_caps_v1: confidence_base after one confirmation, greatest(c, least(c + 0.05, 0.95)).';
@@ -211,17 +204,10 @@ BEGIN
         reinforcements = v_after.reinforcements
     WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
 
-    -- The record claims the key (journal_request_key). Calls with this key are
-    -- serialised by its advisory lock, so a conflict here is not expected; were it to
-    -- happen it is PR409, which also undoes this call's update.
-    INSERT INTO prme.journal SELECT v_entry.*
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR409',
-            MESSAGE = 'request_id was already used for another request',
-            DETAIL = 'an idempotency key is bound to one operation, node and evidence';
-    END IF;
+    -- The record claims the key (journal_request_key). Every call that claims a key
+    -- holds its advisory lock, so no API call can have claimed it since the check
+    -- above: a plain INSERT, no speculative insertion (ON CONFLICT).
+    INSERT INTO prme.journal SELECT v_entry.*;
 
     RETURN prme._node_view(v_after, FALSE);
 END;
