@@ -196,13 +196,12 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
         def raw_fresh() -> None:
             # The client's statements, in the client's order, in one transaction.
             node_id, request_id, now = raw_nodes[next(turn) % NODES], uuid.uuid4(), _now()
-            lookup = {"user_id": USER, "node_id": node_id, "evidence_id": None, "request_id": request_id}
             con.execute("BEGIN TRANSACTION")
-            node = con.execute(pack_sql.REINFORCE_LOOKUP, lookup).fetchone()[0]  # type: ignore[index]
+            node = con.execute(pack_sql.REINFORCE_NODE, {"user_id": USER, "node_id": node_id}).fetchone()[0]  # type: ignore[index]
+            key = {"user_id": USER, "namespace": node["namespace"], "request_id": request_id}
+            con.execute(pack_sql.REINFORCE_KEY, key).fetchone()
             operation_id = uuid.uuid4()
-            after, record, checksum = con.execute(  # type: ignore[misc]
-                pack_sql.REINFORCE_ENTRY, {**lookup, "operation_id": operation_id, "now": now}
-            ).fetchone()
+            after, record, checksum = pack_sql.reinforce_entry(node, None, request_id, operation_id, now)
             con.execute(
                 pack_sql.UPDATE_NODE,
                 {
@@ -243,7 +242,7 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
 
         key = uuid.uuid4()
         memory.reinforce(client_nodes[0], user_id=USER, request_id=key)
-        replay_lookup = {"user_id": USER, "node_id": raw_nodes[0], "evidence_id": None, "request_id": key}
+        replay_key = {"user_id": USER, "namespace": "default", "request_id": key}
         # The raw pack's key: its first confirmation of node 0 (written above) carries it.
         con.execute(
             "UPDATE prme.journal SET request_id = $k, key_namespace = 'default' "
@@ -256,7 +255,8 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
 
         def raw_replay() -> None:
             con.execute("BEGIN TRANSACTION")
-            con.execute(pack_sql.REINFORCE_LOOKUP, replay_lookup).fetchone()
+            con.execute(pack_sql.REINFORCE_NODE, {"user_id": USER, "node_id": raw_nodes[0]}).fetchone()
+            con.execute(pack_sql.REINFORCE_KEY, replay_key).fetchone()
             con.execute("COMMIT")
 
         results.append(compare("DuckDB pack reinforce replay", raw_replay, client_replay, rounds, seconds))
