@@ -157,24 +157,24 @@ PARALLEL SAFE
 -- escapes strings exactly as RFC 8785 does; trim_scale() gives the shortest
 -- decimal form of a numeric(5,4) (0.6500 -> 0.65, 1.0000 -> 1).
 RETURN '{"confidence_base":' || trim_scale(node.confidence_base)::text
-        || ',"content":' || to_json(node.content)::text
-        || ',"created_at":' || prme._json_time(node.created_at)
-        || ',"decay_profile":' || to_json(node.decay_profile)::text
-        || ',"evidence_refs":' || array_to_json(node.evidence_refs)::text
-        || ',"id":"' || node.id::text
-        || '","kind":' || to_json(node.kind)::text
-        || ',"last_reinforced_at":' || prme._json_time(node.last_reinforced_at)
-        || ',"lifecycle_state":' || to_json(node.lifecycle_state)::text
-        || ',"namespace":' || to_json(node.namespace)::text
-        || ',"next_review_at":' || prme._json_time(node.next_review_at)
-        || ',"reinforcement_boost":' || trim_scale(node.reinforcement_boost)::text
-        || ',"salience_base":' || trim_scale(node.salience_base)::text
-        || ',"scope":' || to_json(node.scope)::text
-        || ',"stability":' || to_json(node.stability)::text
-        || ',"updated_at":' || prme._json_time(node.updated_at)
-        || ',"user_id":' || to_json(node.user_id)::text
-        || ',"version":' || node.version::text
-        || '}';
+|| ',"content":' || to_json(node.content)::text
+|| ',"created_at":' || prme._json_time(node.created_at)
+|| ',"decay_profile":' || to_json(node.decay_profile)::text
+|| ',"evidence_refs":' || array_to_json(node.evidence_refs)::text
+|| ',"id":"' || node.id::text
+|| '","kind":' || to_json(node.kind)::text
+|| ',"last_reinforced_at":' || prme._json_time(node.last_reinforced_at)
+|| ',"lifecycle_state":' || to_json(node.lifecycle_state)::text
+|| ',"namespace":' || to_json(node.namespace)::text
+|| ',"next_review_at":' || prme._json_time(node.next_review_at)
+|| ',"reinforcement_boost":' || trim_scale(node.reinforcement_boost)::text
+|| ',"salience_base":' || trim_scale(node.salience_base)::text
+|| ',"scope":' || to_json(node.scope)::text
+|| ',"stability":' || to_json(node.stability)::text
+|| ',"updated_at":' || prme._json_time(node.updated_at)
+|| ',"user_id":' || to_json(node.user_id)::text
+|| ',"version":' || node.version::text
+|| '}';
 
 COMMENT ON FUNCTION prme._node_state(prme.nodes) IS
 'Internal: the complete state of a node as RFC 8785 canonical JSON, as journal records embed it '

@@ -91,17 +91,17 @@ PARALLEL SAFE
 -- Keys in RFC 8785 order (all ASCII, so code-unit order is byte order). SQL-standard
 -- body, no SET clause: inlined (040_nodes.sql, _json_time).
 RETURN '{"after":' || after_state
-        || ',"before":' || coalesce(before_state, 'null')
-        || ',"evidence_id":' || coalesce('"' || evidence_id::text || '"', 'null')
-        || ',"node_id":"' || node_id::text
-        || '","op":' || to_json(op)::text
-        || ',"operation_id":"' || operation_id::text
-        || '","policy":' || coalesce(to_json(policy)::text, 'null')
-        || ',"prev_checksum":' || coalesce('"' || prev_checksum || '"', 'null')
-        || ',"recorded_at":' || prme._json_time(recorded_at)
-        || ',"request_id":' || coalesce('"' || request_id::text || '"', 'null')
-        || ',"user_id":' || to_json(user_id)::text
-        || ',"version":2}';
+|| ',"before":' || coalesce(before_state, 'null')
+|| ',"evidence_id":' || coalesce('"' || evidence_id::text || '"', 'null')
+|| ',"node_id":"' || node_id::text
+|| '","op":' || to_json(op)::text
+|| ',"operation_id":"' || operation_id::text
+|| '","policy":' || coalesce(to_json(policy)::text, 'null')
+|| ',"prev_checksum":' || coalesce('"' || prev_checksum || '"', 'null')
+|| ',"recorded_at":' || prme._json_time(recorded_at)
+|| ',"request_id":' || coalesce('"' || request_id::text || '"', 'null')
+|| ',"user_id":' || to_json(user_id)::text
+|| ',"version":2}';
 
 COMMENT ON FUNCTION prme._journal_record_v2(text, text, uuid, uuid, text, uuid, uuid, text, text, text, timestamptz) IS
 'Internal: the canonical text of a version 2 journal record. Pure, so other implementations '
