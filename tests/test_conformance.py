@@ -34,7 +34,7 @@ from prme_pg import (
     Node,
     NotFoundError,
 )
-from prme_pg.backends.duckdb import PACK_FILE, DuckDBBackend
+from prme_pg.backends.duckdb import PACK_FILE, DuckDBBackend, node_state_text, reinforce_entry
 from prme_pg.journal import canonical_json, checksum, is_canonical, verify_records
 from prme_pg.models import JournalIssue
 
@@ -918,6 +918,8 @@ def test_node_state_is_byte_identical(conn: psycopg.Connection[Any], duck: Any, 
     pg = conn.execute(_PG_NODE_STATE.encode(), values).fetchone()[0]  # type: ignore[index]
     dk = duck.execute(_DUCK_NODE_STATE, values).fetchone()[0]
     assert pg.encode() == dk.encode()
+    # The pack's Python builder of a confirmation's states (issue 15), too.
+    assert node_state_text(dict(zip(_NODE_COLUMNS, values, strict=True))).encode() == pg.encode()
     if name != "archived":  # 2**53 + 1 is no ECMAScript number: JCS cannot round-trip it
         assert is_canonical(pg)
 
@@ -962,6 +964,34 @@ def test_journal_record_is_byte_identical(conn: psycopg.Connection[Any], duck: A
     assert is_canonical(pg)
 
 
+@pytest.mark.parametrize("name", ["created", "numbers", "zeros", "reinforced", "escapes"])
+@pytest.mark.parametrize("evidence_id", [None, E1])
+def test_pack_confirmation_record_is_byte_identical(
+    conn: psycopg.Connection[Any], name: str, evidence_id: uuid.UUID | None
+) -> None:
+    """The pack builds a confirmation's after state and record in Python (issue 15): the same
+    bytes as PostgreSQL's caps, _node_state and _journal_record_v2 for the same node."""
+    node = {**dict(zip(_NODE_COLUMNS, STATES[name], strict=True)), "last_checksum": "a" * 64}
+    now = T0 + timedelta(days=1, microseconds=7)
+    after, record, digest = reinforce_entry(node, evidence_id, uuid.UUID(int=9), uuid.UUID(int=42), now)
+    caps = conn.execute(
+        "SELECT prme._reinforced_boost(%s), prme._reinforced_confidence(%s)",
+        [node["reinforcement_boost"], node["confidence_base"]],
+    ).fetchone()
+    assert caps == (after["reinforcement_boost"], after["confidence_base"])
+    states = [
+        conn.execute(_PG_NODE_STATE.encode(), [state[c] for c in _NODE_COLUMNS]).fetchone()[0]  # type: ignore[index]
+        for state in (node, after)
+    ]
+    args = [
+        "reinforce", "additive_caps_v1", uuid.UUID(int=42), uuid.UUID(int=9), node["user_id"], node["id"],
+        evidence_id, states[0], states[1], "a" * 64, now,
+    ]  # fmt: skip
+    pg = conn.execute(_PG_RECORD.encode(), args).fetchone()[0]  # type: ignore[index]
+    assert record.encode("utf-8") == pg.encode("utf-8")
+    assert digest == hashlib.sha256(pg.encode("utf-8")).hexdigest()
+
+
 TRICKY = st.text(
     alphabet=st.sampled_from(["\\", '"', "u", "0", "1", "b", "F", "\x1f", "\x0b", "\x08", "\n", "é", "😀"]),
     min_size=1,
@@ -978,6 +1008,7 @@ def test_any_text_escapes_identically(conn: psycopg.Connection[Any], duck: Any, 
     pg = conn.execute(_PG_NODE_STATE.encode(), values).fetchone()[0]  # type: ignore[index]
     dk = duck.execute(_DUCK_NODE_STATE, values).fetchone()[0]
     assert pg == dk
+    assert node_state_text(dict(zip(_NODE_COLUMNS, values, strict=True))) == pg
     assert is_canonical(pg)
 
 
