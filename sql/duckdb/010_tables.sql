@@ -79,6 +79,10 @@ CREATE TABLE IF NOT EXISTS prme.journal (
 -- node's namespace, set exactly when request_id is), unique per (user_id,
 -- key_namespace, request_id). A format 1 pack's reinforce keys move here once.
 ALTER TABLE prme.journal ADD COLUMN IF NOT EXISTS key_namespace VARCHAR;
+-- Before the keys move in below: DuckDB creates no index over a table with updates
+-- outstanding in the same transaction. NULLs are distinct: records without a key
+-- never collide.
+CREATE UNIQUE INDEX IF NOT EXISTS journal_request_key ON prme.journal (user_id, key_namespace, request_id);
 
 CREATE TABLE IF NOT EXISTS prme.request_keys (
     user_id VARCHAR NOT NULL,
@@ -102,5 +106,3 @@ WHERE k.operation = 'reinforce' AND EXISTS (
     SELECT 1 FROM prme.journal AS j
     WHERE j.user_id = k.user_id AND j.key_namespace = k.namespace AND j.request_id = k.request_id
 );
--- NULLs are distinct: records without a key never collide.
-CREATE UNIQUE INDEX IF NOT EXISTS journal_request_key ON prme.journal (user_id, key_namespace, request_id);
