@@ -327,6 +327,13 @@ BEGIN
         END IF;
     END IF;
 
+    -- The key's advisory lock (prme._key_lock, which reinforce also takes) before the
+    -- row lock, in reinforce's order: taken the other way round, this share lock and
+    -- reinforce's FOR UPDATE could each wait for the other.
+    IF record_outcome.request_id IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, record_outcome.request_id));
+    END IF;
+
     -- The outcome does not change the node, so a share lock is enough: it keeps
     -- the node from being archived (or otherwise mutated) until we commit.
     SELECT n.* INTO v_node
@@ -346,13 +353,11 @@ BEGIN
     END IF;
 
     -- Claim the key before appending: share locks do not serialise calls, the key
-    -- does. The key's advisory lock (prme._key_lock, which reinforce also takes)
-    -- orders this call after a confirmation that claims the same key in its journal
-    -- record; a key so claimed is PR409. A conflict on the key row waits for the
-    -- other call; if it committed, this is its replay (or PR409 when the key is
-    -- bound to anything else).
+    -- does. Its advisory lock, held since above, orders this call after any call that
+    -- claimed the same key (a confirmation's key is its journal record: PR409). A
+    -- conflict on the key row waits for the other call; if it committed, this is its
+    -- replay (or PR409 when the key is bound to anything else).
     IF record_outcome.request_id IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, record_outcome.request_id));
         v_row := prme._outcome_replay(
             v_user_id, v_node.namespace, record_outcome.request_id, record_outcome.node_id, v_outcome,
             record_outcome.evidence_id, v_profile_id, v_thread_id, v_notes
