@@ -31,6 +31,7 @@ what the client adds, and other load disturbs it much less than wall-clock time.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import sys
@@ -40,6 +41,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -194,13 +196,12 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
         def raw_fresh() -> None:
             # The client's statements, in the client's order, in one transaction.
             node_id, request_id, now = raw_nodes[next(turn) % NODES], uuid.uuid4(), _now()
-            lookup = {"user_id": USER, "node_id": node_id, "evidence_id": None, "request_id": request_id}
             con.execute("BEGIN TRANSACTION")
-            node = con.execute(pack_sql.REINFORCE_LOOKUP, lookup).fetchone()[0]  # type: ignore[index]
+            node = con.execute(pack_sql.REINFORCE_NODE, {"user_id": USER, "node_id": node_id}).fetchone()[0]  # type: ignore[index]
+            key = {"user_id": USER, "namespace": node["namespace"], "request_id": request_id}
+            con.execute(pack_sql.REINFORCE_KEY, key).fetchone()
             operation_id = uuid.uuid4()
-            after, record, checksum = con.execute(  # type: ignore[misc]
-                pack_sql.REINFORCE_ENTRY, {**lookup, "operation_id": operation_id, "now": now}
-            ).fetchone()
+            after, record, checksum = pack_sql.reinforce_entry(node, None, request_id, operation_id, now)
             con.execute(
                 pack_sql.UPDATE_NODE,
                 {
@@ -232,19 +233,7 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
                     "checksum": checksum,
                     "prev_checksum": node["last_checksum"],
                     "recorded_at": now,
-                },
-            )
-            con.execute(
-                pack_sql.INSERT_KEY,
-                {
-                    "user_id": USER,
-                    "namespace": node["namespace"],
-                    "request_id": request_id,
-                    "operation": "reinforce",
-                    "node_id": node_id,
-                    "evidence_id": None,
-                    "node_version": after["version"],
-                    "created_at": now,
+                    "key_namespace": node["namespace"],
                 },
             )
             con.execute("COMMIT")
@@ -253,19 +242,12 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
 
         key = uuid.uuid4()
         memory.reinforce(client_nodes[0], user_id=USER, request_id=key)
-        replay_lookup = {"user_id": USER, "node_id": raw_nodes[0], "evidence_id": None, "request_id": key}
+        replay_key = {"user_id": USER, "namespace": "default", "request_id": key}
+        # The raw pack's key: its first confirmation of node 0 (written above) carries it.
         con.execute(
-            pack_sql.INSERT_KEY,
-            {
-                "user_id": USER,
-                "namespace": "default",
-                "request_id": key,
-                "operation": "reinforce",
-                "node_id": raw_nodes[0],
-                "evidence_id": None,
-                "node_version": 2,
-                "created_at": _now(),
-            },
+            "UPDATE prme.journal SET request_id = $k, key_namespace = 'default' "
+            "WHERE user_id = $u AND node_id = $n AND node_version = 2",
+            {"k": key, "u": USER, "n": raw_nodes[0]},
         )
 
         def client_replay() -> None:
@@ -273,15 +255,80 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
 
         def raw_replay() -> None:
             con.execute("BEGIN TRANSACTION")
-            con.execute(pack_sql.REINFORCE_LOOKUP, replay_lookup).fetchone()
+            con.execute(pack_sql.REINFORCE_NODE, {"user_id": USER, "node_id": raw_nodes[0]}).fetchone()
+            con.execute(pack_sql.REINFORCE_KEY, replay_key).fetchone()
             con.execute("COMMIT")
 
         results.append(compare("DuckDB pack reinforce replay", raw_replay, client_replay, rounds, seconds))
+        by_hand = _by_hand(con, raw_nodes)
+        results.append(compare("DuckDB pack reinforce vs by hand", by_hand, client_fresh, rounds, seconds))
         memory.close()
         con.close()
         return results
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _by_hand(con: duckdb.DuckDBPyConnection, nodes: list[uuid.UUID]) -> Callable[[], None]:
+    """The same rows written by hand, as a user would without prme: SELECT the node, build a
+    reinforce record of the same size in Python (sorted JSON, sha256), UPDATE the node, INSERT
+    the record carrying its key, COMMIT. No validation, no replay check, no rules engine."""
+    turn = iter(range(1 << 62))
+
+    def call() -> None:
+        node_id, request_id, now = nodes[next(turn) % NODES], uuid.uuid4(), _now()
+        con.execute("BEGIN TRANSACTION")
+        row = con.execute(
+            "SELECT version, reinforcement_boost, confidence_base, last_checksum, namespace, content, created_at "
+            "FROM prme.nodes WHERE user_id = ? AND id = ?",
+            [USER, node_id],
+        ).fetchone()
+        assert row is not None
+        version, boost, confidence, last_checksum, namespace, content, created_at = row
+        after_boost = min(boost + Decimal("0.15"), Decimal("0.5"))
+        after_confidence = min(confidence + Decimal("0.05"), Decimal("0.95"))
+        state = {
+            "content": content, "created_at": created_at.isoformat(), "id": str(node_id), "kind": "fact",
+            "namespace": namespace, "scope": "personal", "stability": "low", "user_id": USER,
+            "decay_profile": "medium", "evidence_refs": [], "lifecycle_state": "active", "next_review_at": None,
+            "salience_base": "0.5",
+        }  # fmt: skip
+        before = {**state, "confidence_base": str(confidence), "reinforcement_boost": str(boost), "version": version}
+        after = {
+            **state, "confidence_base": str(after_confidence), "reinforcement_boost": str(after_boost),
+            "version": version + 1, "last_reinforced_at": now.isoformat(), "updated_at": now.isoformat(),
+        }  # fmt: skip
+        record = json.dumps(
+            {
+                "after": after,
+                "before": before,
+                "evidence_id": None,
+                "node_id": str(node_id),
+                "op": "reinforce",
+                "operation_id": str(uuid.uuid4()),
+                "policy": "additive_caps_v1",
+                "prev_checksum": last_checksum,
+                "recorded_at": now.isoformat(),
+                "request_id": str(request_id),
+                "user_id": USER,
+                "version": 2,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        checksum = hashlib.sha256(record.encode()).hexdigest()
+        con.execute(
+            "UPDATE prme.nodes SET reinforcement_boost = ?, confidence_base = ?, last_reinforced_at = ?, "
+            "updated_at = ?, version = ?, last_checksum = ? WHERE user_id = ? AND id = ?",
+            [after_boost, after_confidence, now, now, version + 1, checksum, USER, node_id],
+        )
+        con.execute(
+            "INSERT INTO prme.journal VALUES (?, ?, ?, 2, 'reinforce', ?, ?, NULL, ?, ?, ?, ?, ?)",
+            [USER, node_id, version + 1, uuid.uuid4(), request_id, record, checksum, last_checksum, now, namespace],
+        )
+        con.execute("COMMIT")
+
+    return call
 
 
 def _now() -> datetime:

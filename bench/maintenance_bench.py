@@ -93,15 +93,16 @@ DECLARE
     v_as_of timestamptz := now();
 BEGIN
     RETURN QUERY
-    SELECT k.node_id, '{review_due}'::text[], k.lifecycle_state, k.stability, NULL::text, k.confidence_base::numeric,
-        k.confidence_base::numeric, k.next_review_at, 1, 0, k.explicit_reinforcements, k.implicit_successes,
-        k.explicit_corrections
-    FROM prme.node_maintenance AS k
-    WHERE k.user_id = report_floor.user_id
-      AND k.lifecycle_state IN ('active', 'contested')
-      AND (k.next_review_at <= v_as_of
+    SELECT k.node_id, '{review_due}'::text[], n.lifecycle_state, n.stability, NULL::text, n.confidence_base::numeric,
+        n.confidence_base::numeric, n.next_review_at, 1, 0, k.explicit_reinforcements + n.reinforcements,
+        k.implicit_successes, k.explicit_corrections
+    FROM prme.nodes AS n
+    INNER JOIN prme.node_maintenance AS k ON k.user_id = n.user_id AND k.node_id = n.id
+    WHERE n.user_id = report_floor.user_id
+      AND n.lifecycle_state IN ('active', 'contested')
+      AND (n.next_review_at <= v_as_of
            OR k.explicit_corrections > k.reviewed_explicit_corrections
-           OR k.explicit_reinforcements >= k.reviewed_explicit_reinforcements + 2
+           OR k.explicit_reinforcements + n.reinforcements >= k.reviewed_explicit_reinforcements + 2
            OR k.implicit_successes >= k.reviewed_implicit_successes + 5);
 END;
 $$
@@ -178,12 +179,7 @@ UPDATE prme.node_maintenance AS k SET
     reviewed_explicit_corrections = k.explicit_corrections / 2,
     reviewed_at = now() - interval '10 days',
     decay_anchor = k.next_review_at,
-    decay_cycles = CASE WHEN k.next_review_at < now() THEN 1 ELSE 0 END,
-    -- Written directly, so what is left pending is too (as the review would).
-    pending_moves = prme._maintenance_moves(
-        k.stability, k.lifecycle_state, k.explicit_reinforcements - k.explicit_reinforcements / 2,
-        k.implicit_successes - k.implicit_successes / 2, k.explicit_corrections - k.explicit_corrections / 2
-    )
+    decay_cycles = CASE WHEN k.next_review_at < now() THEN 1 ELSE 0 END
 WHERE k.user_id = 'bench' AND ('x' || substr(md5(k.node_id::text), 1, 8))::bit(32)::integer % 10 = 0
 """
 
@@ -270,6 +266,13 @@ def _install_previous(conn: psycopg.Connection[Any]) -> None:
     start = text.index("CREATE FUNCTION prme.maintenance_report(")
     body = text[start : text.index("$$;", start) + 3]
     body = body.replace("prme.maintenance_report(", "prme_bench.maintenance_report_0003(")
+    # It read confidence_base from the bookkeeping row, which no longer mirrors it (0012):
+    # the same row with the memory's confidence (this data has no confirmations).
+    body = body.replace(
+        "prme.node_maintenance AS k",
+        "(SELECT m.*, n.confidence_base FROM prme.node_maintenance AS m"
+        " JOIN prme.nodes AS n ON n.user_id = m.user_id AND n.id = m.node_id) AS k",
+    )
     conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
     conn.execute(body.replace("maintenance_report.", "maintenance_report_0003.").encode())
 

@@ -93,13 +93,13 @@ WITH src AS (
     INSERT INTO prme.nodes (
         id, user_id, namespace, scope, kind, content, confidence_base, salience_base,
         reinforcement_boost, last_reinforced_at, evidence_refs, stability, next_review_at,
-        lifecycle_state, decay_profile, created_at, updated_at, version, last_checksum
+        lifecycle_state, decay_profile, created_at, updated_at, version, last_checksum, search
     )
     SELECT (n).id, (n).user_id, (n).namespace, (n).scope, (n).kind, (n).content,
            (n).confidence_base, (n).salience_base, (n).reinforcement_boost,
            (n).last_reinforced_at, (n).evidence_refs, (n).stability, (n).next_review_at,
            (n).lifecycle_state, (n).decay_profile, (n).created_at, (n).updated_at,
-           (n).version, (j).checksum
+           (n).version, (j).checksum, array_to_tsvector(prme._owner_lexemes((n).user_id, (n).content))
     FROM entries
 )
 INSERT INTO prme.journal SELECT (j).* FROM entries
@@ -152,7 +152,7 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "client_side",
         "client_side.sql",
-        "BEGIN; SELECT FOR UPDATE; UPDATE node; INSERT journal, key (, outcome, totals); COMMIT",
+        "BEGIN; SELECT FOR UPDATE; UPDATE node; INSERT journal record with its key; COMMIT",
     ),
     Workload(
         "no_logic_limit",
@@ -727,9 +727,6 @@ def measure(
     # ---- what each workload writes, per transaction ----------------------------------
     writes = {"reinforce_fresh": bench.writes_per_transaction(main_db, BY_NAME["reinforce_fresh"])}
     reference = writes["reinforce_fresh"]
-    # Once the outcomes capability is installed, reinforce also appends an outcome event
-    # and updates the node's outcome totals; the comparisons then do the same.
-    bench.variables["outcomes"] = "1" if "outcomes" in reference else "0"
     write_problems: list[str] = []
     for name in ("reinforce_replay", "client_side", "no_logic_limit"):
         try:
@@ -887,9 +884,19 @@ def report(
             entry = target("replay / fresh", r, ">=", 3.0, cpu_ratio=cpu)
             row(name, agg, f"{fmt_ratio(r)} fresh", f"{fmt_ratio(cpu)} fresh", "replay >= 3x fresh", verdict(entry))
         else:
-            bound = {"client_side": 1.8, "no_logic_limit": 0.9}.get(name)
+            # Against the client's statements: 1.8x at an emulated 0.5 ms round trip, 1.2x on loopback.
+            client_bound = 1.8 if args.rtt_us >= 500 else 1.2
+            bound = {"client_side": client_bound, "no_logic_limit": 0.9}.get(name)
             r, cpu = paired(fresh, agg, "tps"), paired(agg, fresh, "server_cpu_us")
-            if bound is None:
+            if name == "single_insert":
+                # Server CPU per fresh reinforce against one single-row INSERT commit.
+                cpu_times = paired(fresh, agg, "server_cpu_us")
+                entry = target("fresh CPU / single_insert CPU", cpu_times, "<=", 3.0)
+                row(
+                    name, agg, f"fresh = {fmt_ratio(r)}", f"fresh = {fmt_ratio(cpu_times)}", "fresh CPU <= 3x",
+                    verdict(entry),
+                )  # fmt: skip
+            elif bound is None:
                 row(name, agg, f"fresh = {fmt_ratio(r)}", f"= {fmt_ratio(cpu)}", "context", "")
             else:
                 entry = target(f"fresh / {name}", r, ">=", bound, cpu_ratio=cpu)

@@ -14,11 +14,14 @@ import psycopg
 QUERIES: dict[str, str] = {
     "relations": """
         SELECT c.relname, c.relkind, pg_get_userbyid(c.relowner), c.relacl::text,
-               c.relrowsecurity, c.relforcerowsecurity, obj_description(c.oid, 'pg_class')
+               c.relrowsecurity, c.relforcerowsecurity, obj_description(c.oid, 'pg_class'),
+               c.reloptions::text
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = 'prme' ORDER BY 1""",
     "columns": """
-        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+        -- Position among the live columns: a column dropped by a migration leaves a gap in attnum.
+        SELECT c.relname, row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum), a.attname,
+               format_type(a.atttypid, a.atttypmod), a.attnotnull,
                pg_get_expr(d.adbin, d.adrelid), col_description(c.oid, a.attnum)
         FROM pg_attribute a
         JOIN pg_class c ON c.oid = a.attrelid

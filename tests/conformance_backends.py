@@ -87,6 +87,17 @@ class Engine:
         dk = f"SELECT count(*) FROM prme.{table}" + where.format("?")
         return int(self._sql(pg, dk, [] if user_id is None else [user_id])[0][0])
 
+    def keys(self, user_id: str | None = None) -> int:
+        """Committed idempotency keys: journal records that carry one (a confirmation's key
+        is its record) and request_keys rows (keys of calls that journal nothing)."""
+        where = "" if user_id is None else " AND user_id = {}"
+        pg = (
+            "SELECT (SELECT count(*) FROM prme.journal WHERE request_id IS NOT NULL{w})"
+            " + (SELECT count(*) FROM prme.request_keys WHERE TRUE{w})"
+        )
+        params = [] if user_id is None else [user_id, user_id]
+        return int(self._sql(pg.format(w=where.format("%s")), pg.format(w=where.format("?")), params)[0][0])
+
     def counts(self) -> dict[str, int]:
         return {table: self.count(table) for table in _TABLES}
 
@@ -117,8 +128,8 @@ class Engine:
 
     def key_committed(self, user_id: str, request_id: uuid.UUID) -> bool:
         rows = self._sql(
-            "SELECT 1 FROM prme.request_keys WHERE user_id = %s AND request_id = %s",
-            "SELECT 1 FROM prme.request_keys WHERE user_id = ? AND request_id = ?",
+            "SELECT 1 FROM prme.journal WHERE user_id = %s AND request_id = %s",
+            "SELECT 1 FROM prme.journal WHERE user_id = ? AND request_id = ?",
             [user_id, request_id],
         )
         return bool(rows)

@@ -29,6 +29,7 @@ from rich.console import Console
 
 from prme_pg import (
     AsyncMemoryClient,
+    IdempotencyConflict,
     InvalidInput,
     MemoryClient,
     NotFoundError,
@@ -195,6 +196,37 @@ def test_a_pack_from_a_newer_prme_pg_is_refused(tmp_path: Path) -> None:
         con.execute("UPDATE prme.pack_info SET value = '99' WHERE key = 'format_version'")
     with pytest.raises(PrmeError, match="format 99"):
         MemoryClient(path).list_nodes(user_id=ALICE)
+
+
+def test_a_format_1_pack_keeps_its_keys_in_format_2(tmp_path: Path) -> None:
+    """A pack written before issue 15 kept a confirmation's key in request_keys; opening it
+    moves each key into the journal record it names (format 2): every key still replays and
+    still conflicts, the journal verifies, and an older prme-pg would now refuse the pack."""
+    path = tmp_path / "memories"
+    with MemoryClient(path) as memory:
+        node = memory.add_node("prefers tea", user_id=ALICE)
+        other = memory.add_node("prefers coffee", user_id=ALICE)
+        key = uuid.uuid4()
+        memory.reinforce(node.id, user_id=ALICE, request_id=key)
+    with duckdb.connect(str(path / PACK_FILE)) as con:  # back to format 1: the key as a row
+        con.execute("DROP INDEX prme.journal_request_key")
+        con.execute(
+            "INSERT INTO prme.request_keys SELECT user_id, key_namespace, request_id, 'reinforce', node_id,"
+            " evidence_id, node_version, recorded_at FROM prme.journal WHERE request_id IS NOT NULL"
+        )
+        con.execute("ALTER TABLE prme.journal DROP COLUMN key_namespace")
+        con.execute("UPDATE prme.pack_info SET value = '1' WHERE key = 'format_version'")
+    with MemoryClient(path) as memory:
+        assert memory.reinforce(node.id, user_id=ALICE, request_id=key).replayed
+        with pytest.raises(IdempotencyConflict):
+            memory.reinforce(other.id, user_id=ALICE, request_id=key)
+        assert memory.verify_journal(user_id=ALICE) == []
+    with duckdb.connect(str(path / PACK_FILE)) as con:
+        assert con.execute("SELECT count(*) FROM prme.request_keys").fetchone() == (0,)
+        assert con.execute("SELECT key_namespace FROM prme.journal WHERE request_id = ?", [key]).fetchall() == [
+            ("default",)
+        ]
+        assert con.execute("SELECT value FROM prme.pack_info WHERE key = 'format_version'").fetchone() == ("2",)
 
 
 _HOLDER = """

@@ -35,7 +35,7 @@ from prme_pg import (
     Node,
     NotFoundError,
 )
-from prme_pg.backends.duckdb import PACK_FILE, DuckDBBackend
+from prme_pg.backends.duckdb import PACK_FILE, DuckDBBackend, node_state_text, reinforce_entry
 from prme_pg.journal import canonical_json, checksum, is_canonical, verify_records
 from prme_pg.models import JournalIssue
 
@@ -324,7 +324,7 @@ def test_concurrent_same_key_threads_count_once(engine: Engine) -> None:
     final = memory.get_node(node.id, user_id=ALICE)
     assert final.version == 2 and final.reinforcement_boost == Decimal("0.15")
     assert final.evidence_refs == (evidence.id,)
-    assert engine.count("journal", ALICE) == 2 and engine.count("request_keys", ALICE) == 1
+    assert engine.count("journal", ALICE) == 2 and engine.keys(ALICE) == 1
     assert_journal_verifies(memory, ALICE)
 
 
@@ -345,7 +345,7 @@ def test_concurrent_distinct_keys_threads_all_count(engine: Engine) -> None:
     final = memory.get_node(node.id, user_id=ALICE)
     assert final.version == 1 + THREADS
     assert (final.reinforcement_boost, final.confidence_base) == (boost_cap, confidence_cap)
-    assert engine.count("request_keys", ALICE) == THREADS
+    assert engine.keys(ALICE) == THREADS
     assert_journal_verifies(memory, ALICE)
 
 
@@ -400,7 +400,7 @@ def test_keys_are_scoped_by_owner_and_namespace(engine: Engine, memory: MemoryCl
     assert [r.replayed for r in (a, b, c)] == [False, False, False]
     assert [r.version for r in (a, b, c)] == [2, 2, 2]
     assert memory.reinforce(bob.id, user_id=BOB, request_id=key).replayed is True
-    assert engine.count("request_keys") == 3
+    assert engine.keys() == 3
 
 
 def test_another_owners_node_is_not_found(engine: Engine, memory: MemoryClient) -> None:
@@ -527,7 +527,7 @@ def test_cancelled_async_call_that_committed_is_replayed(engine: Engine) -> None
         assert cancelled  # the caller saw a cancellation, yet the call committed
     assert retry.replayed is True
     assert retry.version == final.version == 2
-    assert engine.count("journal", ALICE) == 2 and engine.count("request_keys", ALICE) == 1
+    assert engine.count("journal", ALICE) == 2 and engine.keys(ALICE) == 1
 
 
 def test_cancelled_async_call_before_commit_counts_once_with_retry(engine: Engine) -> None:
@@ -570,7 +570,7 @@ def test_cancelled_async_call_before_commit_counts_once_with_retry(engine: Engin
 
     final = asyncio.run(scenario())
     assert final.version == 2 and final.reinforcement_boost == Decimal("0.15")
-    assert engine.count("request_keys", ALICE) == 1
+    assert engine.keys(ALICE) == 1
 
 
 # -- the journal ------------------------------------------------------------------------
@@ -925,6 +925,8 @@ def test_node_state_is_byte_identical(conn: psycopg.Connection[Any], duck: Any, 
     pg = conn.execute(_PG_NODE_STATE.encode(), values).fetchone()[0]  # type: ignore[index]
     dk = duck.execute(_DUCK_NODE_STATE, values).fetchone()[0]
     assert pg.encode() == dk.encode()
+    # The pack's Python builder of a confirmation's states (issue 15), too.
+    assert node_state_text(dict(zip(_NODE_COLUMNS, values, strict=True))).encode() == pg.encode()
     if name != "archived":  # 2**53 + 1 is no ECMAScript number: JCS cannot round-trip it
         assert is_canonical(pg)
 
@@ -969,6 +971,34 @@ def test_journal_record_is_byte_identical(conn: psycopg.Connection[Any], duck: A
     assert is_canonical(pg)
 
 
+@pytest.mark.parametrize("name", ["created", "numbers", "zeros", "reinforced", "escapes"])
+@pytest.mark.parametrize("evidence_id", [None, E1])
+def test_pack_confirmation_record_is_byte_identical(
+    conn: psycopg.Connection[Any], name: str, evidence_id: uuid.UUID | None
+) -> None:
+    """The pack builds a confirmation's after state and record in Python (issue 15): the same
+    bytes as PostgreSQL's caps, _node_state and _journal_record_v2 for the same node."""
+    node = {**dict(zip(_NODE_COLUMNS, STATES[name], strict=True)), "last_checksum": "a" * 64}
+    now = T0 + timedelta(days=1, microseconds=7)
+    after, record, digest = reinforce_entry(node, evidence_id, uuid.UUID(int=9), uuid.UUID(int=42), now)
+    caps = conn.execute(
+        "SELECT prme._reinforced_boost(%s), prme._reinforced_confidence(%s)",
+        [node["reinforcement_boost"], node["confidence_base"]],
+    ).fetchone()
+    assert caps == (after["reinforcement_boost"], after["confidence_base"])
+    states = [
+        conn.execute(_PG_NODE_STATE.encode(), [state[c] for c in _NODE_COLUMNS]).fetchone()[0]  # type: ignore[index]
+        for state in (node, after)
+    ]
+    args = [
+        "reinforce", "additive_caps_v1", uuid.UUID(int=42), uuid.UUID(int=9), node["user_id"], node["id"],
+        evidence_id, states[0], states[1], "a" * 64, now,
+    ]  # fmt: skip
+    pg = conn.execute(_PG_RECORD.encode(), args).fetchone()[0]  # type: ignore[index]
+    assert record.encode("utf-8") == pg.encode("utf-8")
+    assert digest == hashlib.sha256(pg.encode("utf-8")).hexdigest()
+
+
 TRICKY = st.text(
     alphabet=st.sampled_from(["\\", '"', "u", "0", "1", "b", "F", "\x1f", "\x0b", "\x08", "\n", "é", "😀"]),
     min_size=1,
@@ -985,6 +1015,7 @@ def test_any_text_escapes_identically(conn: psycopg.Connection[Any], duck: Any, 
     pg = conn.execute(_PG_NODE_STATE.encode(), values).fetchone()[0]  # type: ignore[index]
     dk = duck.execute(_DUCK_NODE_STATE, values).fetchone()[0]
     assert pg == dk
+    assert node_state_text(dict(zip(_NODE_COLUMNS, values, strict=True))) == pg
     assert is_canonical(pg)
 
 

@@ -148,9 +148,10 @@ def end_state(dsn: str) -> dict[str, Any]:
             (ALICE,),
         ).fetchall()
         outcomes = conn.execute(
-            "SELECT n.content, o.outcome, o.recorded_by, o.thread_id FROM prme.outcomes AS o "
-            "JOIN prme.nodes AS n ON (n.user_id, n.id) = (o.user_id, o.node_id) "
-            "WHERE o.user_id = %s ORDER BY 1, 2",
+            # Through node_outcomes: a confirmation's outcome is its journal record, not a row.
+            "SELECT n.content, o.outcome, o.recorded_by, o.thread_id FROM prme.nodes AS n "
+            "CROSS JOIN LATERAL prme.node_outcomes(n.user_id, n.id) AS o "
+            "WHERE n.user_id = %s ORDER BY 1, 2",
             (ALICE,),
         ).fetchall()
         operations = conn.execute(

@@ -517,8 +517,9 @@ def test_each_kind_is_applied_exactly_once_through_the_api(conn: psycopg.Connect
         (nid,),
     ).fetchone()
     assert row == ("work", "preference", "0.7500", [eid], "archived", 3)
-    # reinforce ran with request_id = the operation id: the key records it.
-    assert conn.execute("SELECT request_id, node_id FROM prme.request_keys").fetchall() == [(confirm, nid)]
+    # reinforce ran with request_id = the operation id: its journal record carries the key.
+    keyed = "SELECT request_id, node_id FROM prme.journal WHERE request_id IS NOT NULL"
+    assert conn.execute(keyed).fetchall() == [(confirm, nid)]
     assert conn.execute("SELECT payload FROM prme.events WHERE id = %s", (eid,)).fetchone() == ({"turn": 3},)
     assert conn.execute("SELECT * FROM prme.verify_journal('alice')").fetchall() == []
     for op in (add, evidence, confirm, archive):

@@ -150,7 +150,14 @@ def test_reinforce_and_record_outcome_share_one_key_space(conn: psycopg.Connecti
     ]
     results = race(db_dsn, calls)
 
-    operation = _one(conn, "SELECT operation FROM prme.request_keys WHERE request_id = %s", key)
+    # A confirmation's key is its journal record, record_outcome's a request_keys row.
+    operation = _one(
+        conn,
+        "SELECT coalesce((SELECT op FROM prme.journal WHERE request_id = %s),"
+        " (SELECT operation FROM prme.request_keys WHERE request_id = %s))",
+        key,
+        key,
+    )
     winners = [i for i, r in enumerate(results) if isinstance(r, dict) and not r["replayed"]]
     assert len(winners) == 1
     for i, result in enumerate(results):
@@ -160,7 +167,7 @@ def test_reinforce_and_record_outcome_share_one_key_space(conn: psycopg.Connecti
         else:
             assert isinstance(result, psycopg.Error) and result.sqlstate == "PR409", result
     # Either way the key produced exactly one explicit_reinforcement event.
-    events = _rows(conn, "SELECT outcome, recorded_by FROM prme.outcomes WHERE node_id = %s", node_id)
+    events = _rows(conn, "SELECT outcome, recorded_by FROM prme.node_outcomes('alice', %s)", node_id)
     assert events == [{"outcome": "explicit_reinforcement", "recorded_by": operation}]
     assert _one(conn, "SELECT version FROM prme.nodes WHERE id = %s", node_id) == (2 if operation == "reinforce" else 1)
     _assert_sound(conn)
@@ -185,13 +192,12 @@ def test_reinforce_appends_one_outcome_per_applied_call(conn: psycopg.Connection
     node_id = _add_node(conn)
     key = uuid.uuid4()
     race(db_dsn, [_reinforce(node_id, key)] * THREADS)
-    assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE node_id = %s", node_id) == 1
+    outcomes = "SELECT node_version FROM prme.node_outcomes('alice', %s) ORDER BY 1"
+    assert len(_rows(conn, outcomes, node_id)) == 1
+    assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE node_id = %s", node_id) == 0, "its journal record"
 
     race(db_dsn, [_reinforce(node_id, uuid.uuid4()) for _ in range(THREADS)])
-    versions = [
-        r["node_version"]
-        for r in _rows(conn, "SELECT node_version FROM prme.outcomes WHERE node_id = %s ORDER BY 1", node_id)
-    ]
+    versions = [r["node_version"] for r in _rows(conn, outcomes, node_id)]
     assert versions == list(range(2, 2 + 1 + THREADS)), "one event per applied reinforce, at the version it made"
     _assert_sound(conn)
 
@@ -495,6 +501,14 @@ def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection
     conn.execute("CREATE SCHEMA first_release")
     # The same body under another name: its qualified references (maintenance_report.user_id)
     # still name the function, which is called maintenance_report in either schema.
+    # It read confidence_base from the bookkeeping row, which no longer mirrors it (0012): the
+    # same row with the memory's confidence. The data below has no confirmations, so the
+    # bookkeeping's explicit_reinforcements are all of them.
+    first = first.replace(
+        "prme.node_maintenance AS k",
+        "(SELECT m.*, n.confidence_base FROM prme.node_maintenance AS m"
+        " JOIN prme.nodes AS n ON n.user_id = m.user_id AND n.id = m.node_id) AS k",
+    )
     conn.execute(first.replace("prme.maintenance_report(", "first_release.maintenance_report(").encode())
     conn.execute("SET session_replication_role = replica")  # a bulk load: the mirror trigger is off
     conn.execute(VARIED_MEMORIES.encode())
@@ -506,7 +520,13 @@ def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection
     # The review states were written directly: what is pending follows from a rebuild.
     for owner in ("alice", "bob"):
         conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (owner,))
-    assert _one(conn, "SELECT count(*) FILTER (WHERE pending_moves > 0) FROM prme.node_maintenance") > 500
+    pending = (
+        "SELECT count(*) FILTER (WHERE prme._maintenance_moves(stability, lifecycle_state,"
+        " explicit_reinforcements - reviewed_explicit_reinforcements, implicit_successes - reviewed_implicit_successes,"
+        " explicit_corrections - reviewed_explicit_corrections) > 0) FROM prme.node_maintenance"
+    )
+    assert _one(conn, pending) > 500
+    assert _one(conn, "SELECT sum(reinforcements) FROM prme.nodes") == 0
     # bob's own cadences and decay (one of them 0) against alice's defaults.
     conn.execute(
         "INSERT INTO prme.maintenance_settings (user_id, stability, review_cadence, decay_per_cycle) VALUES"
@@ -544,11 +564,8 @@ def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection
     }, kinds
 
 
-REPORT_COLUMNS = {"pending_moves", "review_due_at", "confidence_ten_thousandths"}
-
-
 def _moves(row: Row) -> int:
-    """docs/MAINTENANCE.md §5 in Python: what a bookkeeping row's outcomes since its last review call for."""
+    """docs/MAINTENANCE.md §5 in Python: what a memory's outcomes since its last review call for."""
     er = row["explicit_reinforcements"] - row["reviewed_explicit_reinforcements"]
     isx = row["implicit_successes"] - row["reviewed_implicit_successes"]
     ec = row["explicit_corrections"] - row["reviewed_explicit_corrections"]
@@ -564,25 +581,41 @@ def _moves(row: Row) -> int:
     return 6 if isx >= 5 and low else 0
 
 
+# The columns 0008 added to prme.node_maintenance (0014_hot_path dropped pending_moves and
+# confidence_ten_thousandths again): the upgrade tests of 0008 below stop at 0008.
+REPORT_COLUMNS = {"pending_moves", "review_due_at", "confidence_ten_thousandths"}
+
+
 def _assert_report_columns(rows: list[Row]) -> None:
-    """Every bookkeeping row's report columns agree with its other columns (as JSON rows)."""
+    """Every bookkeeping row's 0008 report columns agree with its other columns (as JSON rows)."""
     for row in rows:
         due_at = row["next_review_at"] if row["lifecycle_state"] in ("active", "contested") else None
         assert (row["pending_moves"], row["review_due_at"]) == (_moves(row), due_at), row
         assert row["confidence_ten_thousandths"] == round(Decimal(str(row["confidence_base"])) * 10000), row
 
 
-def test_every_writer_keeps_the_report_columns(conn: psycopg.Connection[Any]) -> None:
-    """pending_moves, review_due_at and confidence_ten_thousandths are plain columns set by
-    the statements that change their inputs: after each kind of write they still agree
-    with the row (add_node, outcomes, reinforce, mark_reviewed, every patch op, archive)."""
-    bookkeeping = "SELECT to_jsonb(k) FROM prme.node_maintenance AS k WHERE k.user_id = 'alice'"
+def test_every_writer_keeps_the_bookkeeping(conn: psycopg.Connection[Any]) -> None:
+    """The bookkeeping row mirrors its memory's schedule (review_due_at with it) after each kind
+    of write (add_node, outcomes, reinforce, mark_reviewed, every patch op, archive), and what
+    the outcomes since the last review call for, counted over outcome rows and the confirmations
+    on the node, reaches every code."""
+    bookkeeping = (
+        "SELECT to_jsonb(k) || jsonb_build_object('explicit_reinforcements',"
+        " k.explicit_reinforcements + n.reinforcements, 'node', to_jsonb(n))"
+        " FROM prme.node_maintenance AS k JOIN prme.nodes AS n ON n.user_id = k.user_id AND n.id = k.node_id"
+        " WHERE k.user_id = 'alice'"
+    )
     seen: set[int] = set()
 
     def check() -> None:
         rows = [r[0] for r in conn.execute(bookkeeping)]
-        _assert_report_columns(rows)
-        seen.update(r["pending_moves"] for r in rows)
+        for row in rows:
+            node = row["node"]
+            mirrored = ("stability", "lifecycle_state", "next_review_at", "decay_profile")
+            assert {c: row[c] for c in mirrored} == {c: node[c] for c in mirrored}, row
+            due_at = row["next_review_at"] if row["lifecycle_state"] in ("active", "contested") else None
+            assert row["review_due_at"] == due_at, row
+        seen.update(_moves(r) for r in rows)
 
     ids = _maintenance_fixture(conn)  # add_node, then corrections or reinforcements
     for stability in ("low", "semi-stable"):
@@ -642,7 +675,7 @@ def test_upgrading_to_0008_waits_for_a_writer_between_its_memory_and_its_bookkee
             def upgrade() -> None:
                 try:
                     with psycopg.connect(dsn, autocommit=True) as runner:
-                        migrations.migrate(runner, every)
+                        migrations.migrate(runner, [m for m in every if m.version <= 8])
                 except BaseException as exc:  # reported below
                     errors.append(exc)
 
@@ -661,7 +694,7 @@ def test_upgrading_to_0008_waits_for_a_writer_between_its_memory_and_its_bookkee
             row = _one(admin, "SELECT to_jsonb(k) FROM prme.node_maintenance AS k WHERE node_id = %s", node_id)
             assert row["explicit_corrections"] == 1
             _assert_report_columns([row])
-            assert _one(admin, "SELECT max(version) FROM prme.schema_migrations") == every[-1].version
+            assert _one(admin, "SELECT max(version) FROM prme.schema_migrations") == 8
     finally:
         testing.drop_database(pg_server, name)
 
@@ -688,7 +721,8 @@ def test_upgrading_from_0006_keeps_the_report(pg_server: testing.Server) -> None
             before = dict(conn.execute(bookkeeping).fetchall())
             before_report = Counter(r[0] for r in conn.execute(report, ("alice", as_of)))
 
-            assert [m.version for m in migrations.migrate(conn, every)] == [m.version for m in every if m.version >= 7]
+            upto_0008 = [m for m in every if m.version <= 8]
+            assert [m.version for m in migrations.migrate(conn, upto_0008)] == [7, 8]
             after = dict(conn.execute(bookkeeping).fetchall())
             assert {n: {k: v for k, v in row.items() if k not in REPORT_COLUMNS} for n, row in after.items()} == before
             _assert_report_columns(list(after.values()))

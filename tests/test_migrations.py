@@ -279,10 +279,9 @@ def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -
             assert all(before[table] for table in (*filled, "operations", "api_tokens")), "not vacuous"
             assert _reader_sees(conn, "prme_reader", "bob") == {"bob": 1}, "the hole 0011 closes"
 
-            assert [m.version for m in migrations.migrate(conn, every)] == [
-                m.version for m in every if m.version >= target
-            ]
-            after = _rows_kept(conn, before)
+            # Up to its own target only: later migrations move rows on purpose (each has its own test).
+            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+            after = _rows(conn)
             assert after.pop("reader_bindings") == []
             assert after == before
             assert conn.execute(report).fetchall() == before_report
@@ -337,9 +336,8 @@ def test_upgrading_to_ledger_fast_submit_loses_nothing(pg_server: testing.Server
             constraints = "SELECT count(*) FROM pg_constraint WHERE conrelid = 'prme.operations'::regclass"
             checks_before = conn.execute(constraints + " AND contype = 'c'").fetchone()
 
-            assert [m.version for m in migrations.migrate(conn, every)] == [
-                m.version for m in every if m.version >= target
-            ]
+            # Up to its own target only: later migrations move rows on purpose (each has its own test).
+            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
             assert _rows_kept(conn, before) == before
             assert conn.execute(events).fetchall() == before_events
             assert checks_before is not None
@@ -376,9 +374,8 @@ def test_upgrading_to_owner_streams_keeps_every_stream(pg_server: testing.Server
             before, before_stream = _rows(conn), conn.execute(stream).fetchall()
             assert len(before_stream) >= 9, "not vacuous: accepted, processing, committed per operation"
 
-            assert [m.version for m in migrations.migrate(conn, every)] == [
-                m.version for m in every if m.version >= target
-            ]
+            # Up to its own target only: later migrations move rows on purpose (each has its own test).
+            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
             assert _rows_kept(conn, before) == before
             assert conn.execute(stream).fetchall() == before_stream
             assert conn.execute("SELECT count(*) FROM prme.owner_streams").fetchone() == (0,)
@@ -388,5 +385,150 @@ def test_upgrading_to_owner_streams_keeps_every_stream(pg_server: testing.Server
             )
             after = conn.execute(stream).fetchall()
             assert after[: len(before_stream)] == before_stream and len(after) == len(before_stream) + 1
+    finally:
+        testing.drop_database(pg_server, name)
+
+
+FILL_HOT_PATH = """
+SELECT prme.add_event('carol', 'carol said so', event_id => 'eeeeeeee-0000-4000-8000-000000000012');
+SELECT prme.add_node('carol', 'carol drinks tea', node_id => 'cccccccc-1200-4000-8000-000000000001',
+                     next_review_at => '2029-01-01');
+SELECT prme.add_node('carol', 'carol cycles to work', node_id => 'cccccccc-1200-4000-8000-000000000002');
+SELECT prme.add_node('carol', 'carol reads at night', namespace => 'books',
+                     node_id => 'cccccccc-1200-4000-8000-000000000003');
+SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol', 'eeeeeeee-0000-4000-8000-000000000012',
+                      'a0000000-1200-4000-8000-000000000001');
+SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol', NULL, 'a0000000-1200-4000-8000-000000000002');
+SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol');
+SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol', NULL, 'a0000000-1200-4000-8000-000000000003');
+SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000003', 'carol', NULL, 'a0000000-1200-4000-8000-000000000003');
+SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002', 'explicit_reinforcement',
+                           request_id => 'b0000000-1200-4000-8000-000000000001');
+SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002', 'implicit_success');
+SELECT prme.mark_reviewed('carol', 'cccccccc-1200-4000-8000-000000000002', '2029-06-01');
+SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol');
+SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol');
+SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000001', 'explicit_correction');
+"""
+CAROL_NODES = [f"cccccccc-1200-4000-8000-00000000000{n}" for n in (1, 2, 3)]
+
+
+def _outcome_reads(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Everything outcome readers answer for carol's memories, as text."""
+    return {
+        node: (
+            conn.execute("SELECT s::text FROM prme.outcome_summary('carol', %s) AS s", [node]).fetchall(),
+            conn.execute("SELECT o::text FROM prme.node_outcomes('carol', %s) AS o", [node]).fetchall(),
+        )
+        for node in CAROL_NODES
+    }
+
+
+def _sqlstate(conn: psycopg.Connection[Any], statement: str) -> str | None:
+    try:
+        with conn.transaction():
+            conn.execute(statement)
+    except psycopg.Error as error:
+        return error.sqlstate
+    return None
+
+
+def test_upgrading_to_hot_path_loses_nothing(pg_server: testing.Server) -> None:
+    """A database filled through the release before 0014_hot_path upgrades with every key still
+    replaying and conflicting, every outcome still counted and listed, the same maintenance
+    report, a clean journal, and confirmations that from then on write only node and journal."""
+    every = migrations.load_migrations()
+    target = next(m.version for m in every if m.name == "hot_path")
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            migrations.migrate(conn, [m for m in every if m.version < target])
+            conn.execute(FILL_BEFORE.encode())
+            conn.execute(FILL_HOT_PATH.encode())
+            reports = {
+                owner: conn.execute(
+                    "SELECT r::text FROM prme.maintenance_report(%s, %s) AS r ORDER BY 1", [owner, as_of]
+                ).fetchall()
+                for owner in ("alice", "carol")
+                for as_of in ("2030-01-01",)
+            }
+            past = "SELECT r::text FROM prme.maintenance_report('carol', now() - interval '1 hour') AS r ORDER BY 1"
+            before, before_reads, before_past = _rows(conn), _outcome_reads(conn), conn.execute(past).fetchall()
+            assert any(r != ([], []) for r in before_reads.values()), "not vacuous"
+            assert any(rows for rows in reports.values()), "not vacuous"
+            keys_before = conn.execute("SELECT operation, count(*) FROM prme.request_keys GROUP BY 1 ORDER BY 1")
+            assert keys_before.fetchall() == [("record_outcome", 1), ("reinforce", 5)]
+
+            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+            after = _rows(conn)
+            # The rows that moved: reinforce keys went into their journal records, confirmation
+            # counts onto their nodes; nothing else changed.
+            for table in ("nodes", "journal", "request_keys", "node_maintenance"):
+                after.pop(table), before.pop(table)
+            assert after == before, "outcome rows (old confirmations' included) and all else kept"
+            assert conn.execute("SELECT operation FROM prme.request_keys").fetchall() == [("record_outcome",)]
+            assert conn.execute(
+                "SELECT count(*) FROM prme.journal WHERE request_id IS NOT NULL AND key_namespace IS NOT NULL"
+            ).fetchone() == (5,)
+            assert _outcome_reads(conn) == before_reads, "summaries and outcome lists (ids too) unchanged"
+            for (owner, as_of), rows in zip(
+                [(o, a) for o in ("alice", "carol") for a in ("2030-01-01",)], reports.values(), strict=True
+            ):
+                assert (
+                    conn.execute(
+                        "SELECT r::text FROM prme.maintenance_report(%s, %s) AS r ORDER BY 1", [owner, as_of]
+                    ).fetchall()
+                    == rows
+                )
+            assert conn.execute(past).fetchall() == before_past
+            for owner in ("alice", "bob", "carol"):
+                assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+            replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
+            assert {row[0] for row in conn.execute(replay)} == {True}
+
+            # Every stored key still replays, writing nothing ...
+            stored = _rows(conn)
+            replays = [
+                "SELECT replayed FROM prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol',"
+                " 'eeeeeeee-0000-4000-8000-000000000012', 'a0000000-1200-4000-8000-000000000001')",
+                "SELECT replayed FROM prme.reinforce('cccccccc-1200-4000-8000-000000000003', 'carol', NULL,"
+                " 'a0000000-1200-4000-8000-000000000003')",
+                "SELECT replayed FROM prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002',"
+                " 'explicit_reinforcement', request_id => 'b0000000-1200-4000-8000-000000000001')",
+                "SELECT replayed FROM prme.reinforce('aaaaaaaa-0000-4000-8000-000000000001', 'alice',"
+                " 'eeeeeeee-0000-4000-8000-000000000001', 'cccccccc-0000-4000-8000-000000000001')",
+            ]
+            for statement in replays:
+                assert conn.execute(statement).fetchone() == (True,), statement
+            assert _rows(conn) == stored, "replays wrote nothing"
+            # ... and still conflicts with any other use, whichever kind of call stored it.
+            conflicts = [
+                "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol', NULL,"
+                " 'a0000000-1200-4000-8000-000000000001')",
+                "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol', NULL,"
+                " 'a0000000-1200-4000-8000-000000000001')",
+                "SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000001', 'implicit_success',"
+                " request_id => 'a0000000-1200-4000-8000-000000000002')",
+                "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol', NULL,"
+                " 'b0000000-1200-4000-8000-000000000001')",
+                "SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002', 'implicit_success',"
+                " request_id => 'b0000000-1200-4000-8000-000000000001')",
+            ]
+            for statement in conflicts:
+                assert _sqlstate(conn, statement) == "PR409", statement
+            assert _rows(conn) == stored, "conflicts wrote nothing"
+
+            # A fresh confirmation now writes its node and one journal record, nothing else,
+            # and counts as an outcome.
+            conn.execute(
+                "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000003', 'carol', NULL,"
+                " 'a0000000-1200-4000-8000-000000000099')"
+            )
+            fresh = _rows(conn)
+            changed = {t for t in fresh if fresh[t] != stored[t]}
+            assert changed == {"nodes", "journal"}
+            assert len(fresh["journal"]) == len(stored["journal"]) + 1
+            summary = "SELECT explicit_reinforcements FROM prme.outcome_summary('carol', %s)"
+            assert conn.execute(summary, [CAROL_NODES[2]]).fetchone() == (2,)
     finally:
         testing.drop_database(pg_server, name)

@@ -1,7 +1,8 @@
 """prme.reinforce under real concurrency, and transactions that abort.
 
-Each thread has its own connection: the races below are PostgreSQL's row lock
-and the request_keys primary key at work, not anything in Python.
+Each thread has its own connection: the races below are PostgreSQL's row lock,
+the journal's key index (journal_request_key) and the key's advisory lock at
+work, not anything in Python.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _counts(conn: psycopg.Connection[Any], node_id: uuid.UUID) -> tuple[int, int
     row = conn.execute(
         "SELECT (SELECT version FROM prme.nodes WHERE id = %(n)s),"
         " (SELECT count(*) FROM prme.journal WHERE node_id = %(n)s AND op = 'reinforce'),"
-        " (SELECT count(*) FROM prme.request_keys WHERE node_id = %(n)s)",
+        " (SELECT count(*) FROM prme.journal WHERE node_id = %(n)s AND request_id IS NOT NULL)",
         {"n": node_id},
     ).fetchone()
     assert row is not None
@@ -112,8 +113,44 @@ def test_one_key_raced_onto_different_nodes_binds_to_exactly_one(conn: psycopg.C
     losers = [r for r in results if not isinstance(r, dict)]
     assert len(winners) == 1 and not winners[0]["replayed"]
     assert all(isinstance(e, psycopg.Error) and e.sqlstate == "PR409" for e in losers), losers
-    assert conn.execute("SELECT count(*) FROM prme.request_keys").fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM prme.journal WHERE request_id = %s", [key]).fetchone() == (1,)
     assert conn.execute("SELECT count(*) FROM prme.journal WHERE op = 'reinforce'").fetchone() == (1,)
+
+
+def _record_outcome(node_id: uuid.UUID, request_id: uuid.UUID) -> Callable[[psycopg.Connection[Any]], dict[str, Any]]:
+    def call(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(
+                "SELECT * FROM prme.record_outcome('alice', %s, 'implicit_success', request_id => %s)",
+                (node_id, request_id),
+            ).fetchone()
+        assert row is not None
+        return row
+
+    return call
+
+
+def test_one_key_raced_by_reinforce_and_record_outcome_binds_to_exactly_one(
+    conn: psycopg.Connection[Any], db_dsn: str
+) -> None:
+    """A confirmation's key is its journal record, record_outcome's a request_keys row: two
+    places, one key space. The key's advisory lock lets exactly one kind of call have it."""
+    for _ in range(4):
+        nodes = [_add_node(conn) for _ in range(THREADS)]
+        key = uuid.uuid4()
+        calls = [_reinforce(n, key) if i % 2 else _record_outcome(n, key) for i, n in enumerate(nodes)]
+        results = race(db_dsn, calls)
+
+        winners = [r for r in results if isinstance(r, dict)]
+        losers = [r for r in results if not isinstance(r, dict)]
+        assert len(winners) == 1 and not winners[0]["replayed"], results
+        assert all(isinstance(e, psycopg.Error) and e.sqlstate == "PR409" for e in losers), losers
+        written = conn.execute(
+            "SELECT (SELECT count(*) FROM prme.journal WHERE request_id = %(k)s)"
+            " + (SELECT count(*) FROM prme.request_keys WHERE request_id = %(k)s)",
+            {"k": key},
+        ).fetchone()
+        assert written == (1,)
 
 
 def test_aborted_transaction_leaves_no_key(conn: psycopg.Connection[Any], db_dsn: str) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import re
 import threading
@@ -99,8 +100,9 @@ T = TypeVar("T")
 
 DEFAULT_PATH = "./memories"
 PACK_FILE = "pack.duckdb"
-#: Layout version of the tables in a pack; a newer pack is refused, not misread.
-FORMAT_VERSION = 1
+#: Layout version of the tables in a pack; a newer pack is refused, not misread. 2: a
+#: confirmation's idempotency key is its journal record (journal.key_namespace).
+FORMAT_VERSION = 2
 #: How long one call keeps retrying while another connection conflicts with it.
 CONFLICT_TIMEOUT = 10.0
 
@@ -189,43 +191,20 @@ INSERT_NODE = (
     "$last_checksum) RETURNING id"
 )
 
-# What decides a reinforce, in one read: the node, its key (scoped to the node's
-# owner and namespace) and whether the evidence shares the node's owner and scope.
-# A replay, a conflict or "not found" is answered from this alone.
-REINFORCE_LOOKUP = """
-SELECT
-    n AS node,
-    k.request_id IS NOT NULL AS key_found,
-    coalesce(k.operation = 'reinforce' AND k.node_id = n.id
-        AND k.evidence_id IS NOT DISTINCT FROM CAST($evidence_id AS UUID), FALSE) AS key_matches,
-    e.id IS NOT NULL AS evidence_found
-FROM prme.nodes AS n
-LEFT JOIN prme.request_keys AS k
-    ON k.user_id = n.user_id AND k.namespace = n.namespace AND k.request_id = CAST($request_id AS UUID)
-LEFT JOIN prme.events AS e
-    ON e.user_id = n.user_id AND e.id = CAST($evidence_id AS UUID) AND e.scope = n.scope
-WHERE n.user_id = $user_id AND n.id = $node_id
-"""
-
-# A confirmation that counts: the after state (the rules' macro) and its journal
-# record, chained to the node's previous record.
-REINFORCE_ENTRY = """
-SELECT q.after, q.record, sha256(q.record) AS checksum
-FROM (
-    SELECT r.after, prme.journal_record_v2(
-        'reinforce', 'additive_caps_v1', $operation_id, $request_id, $user_id, $node_id, $evidence_id,
-        r.before_state, prme.node_state_unfixed(r.after), r.last_checksum, $now
-    ) AS record
-    FROM (
-        SELECT
-            prme.node_state_unfixed(n) AS before_state,
-            n.last_checksum,
-            prme.reinforced(n, CAST($evidence_id AS UUID), CAST($now AS TIMESTAMPTZ)) AS after
-        FROM prme.nodes AS n
-        WHERE n.user_id = $user_id AND n.id = $node_id
-    ) AS r
-) AS q
-"""
+# What decides a reinforce: the node (by primary key), its key (scoped to the node's
+# owner and namespace) and whether the evidence shares the node's owner and scope;
+# each a point lookup on a primary key or the journal's key index. A replay, a
+# conflict or "not found" is answered from these alone. A confirmation's key is its
+# journal record (journal_request_key); any other call's key is a request_keys row.
+REINFORCE_NODE = "SELECT n AS node FROM prme.nodes AS n WHERE n.user_id = $user_id AND n.id = $node_id"
+REINFORCE_KEY = (
+    "SELECT op, node_id, evidence_id FROM prme.journal "
+    "WHERE user_id = $user_id AND key_namespace = $namespace AND request_id = $request_id "
+    "UNION ALL "
+    "SELECT operation, node_id, evidence_id FROM prme.request_keys "
+    "WHERE user_id = $user_id AND namespace = $namespace AND request_id = $request_id"
+)
+REINFORCE_EVIDENCE = "SELECT 1 FROM prme.events WHERE user_id = $user_id AND id = $evidence_id AND scope = $scope"
 
 ARCHIVE_READ = """
 SELECT q.*, sha256(q.record) AS checksum
@@ -242,11 +221,6 @@ FROM (
     ) AS r
 ) AS q
 """
-
-INSERT_KEY = (
-    "INSERT INTO prme.request_keys VALUES ($user_id, $namespace, $request_id, $operation, $node_id, "
-    "$evidence_id, $node_version, $created_at)"
-)
 
 # Writing a node takes two statements on purpose. DuckDB stores an update of a
 # LIST column as delete + insert of the row, and misses write-write conflicts
@@ -271,7 +245,7 @@ UPDATE_EVIDENCE = "UPDATE prme.nodes SET evidence_refs = $evidence_refs WHERE us
 
 INSERT_JOURNAL = (
     "INSERT INTO prme.journal VALUES ($user_id, $node_id, $node_version, 2, $op, $operation_id, "
-    "$request_id, $evidence_id, $record, $checksum, $prev_checksum, $recorded_at)"
+    "$request_id, $evidence_id, $record, $checksum, $prev_checksum, $recorded_at, $key_namespace)"
 )
 
 INSERT_EVENT = (
@@ -318,6 +292,89 @@ NODE_EVIDENCE = (
     "ORDER BY e.occurred_at, e.id LIMIT $max_count"
 )
 NODE_EXISTS = "SELECT 1 FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
+
+
+# -- records: sql/postgres/040 and 060 (_node_state, _journal_record_v2), built in Python --
+# A confirmation's record is built here rather than by the pack's SQL macros (which
+# the other writes use): the same bytes (tests/test_conformance.py compares them with
+# PostgreSQL's), without planning a large macro expansion on every call.
+
+
+def _json_text(value: str) -> str:
+    # RFC 8785 strings, as PostgreSQL's to_json(text): \" \\ \b \f \n \r \t, other control
+    # characters as \u00xx (lowercase), everything else as is.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _json_time_text(value: datetime | None) -> str:
+    if value is None:
+        return "null"
+    v = value.astimezone(UTC)
+    return f'"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}Z"'
+
+
+def _fraction_text(value: Decimal) -> str:
+    # trim_scale(numeric(5, 4))::text: 0.6500 -> 0.65, 1.0000 -> 1, 0.0000 -> 0.
+    return format(value.normalize(), "f")
+
+
+def node_state_text(node: Mapping[str, Any]) -> str:
+    """prme._node_state: a node's state as RFC 8785 text (every column but derived ones)."""
+    refs = ",".join(f'"{ref}"' for ref in node["evidence_refs"])
+    return (
+        f'{{"confidence_base":{_fraction_text(node["confidence_base"])}'
+        f',"content":{_json_text(node["content"])}'
+        f',"created_at":{_json_time_text(node["created_at"])}'
+        f',"decay_profile":{_json_text(node["decay_profile"])}'
+        f',"evidence_refs":[{refs}]'
+        f',"id":"{node["id"]}"'
+        f',"kind":{_json_text(node["kind"])}'
+        f',"last_reinforced_at":{_json_time_text(node["last_reinforced_at"])}'
+        f',"lifecycle_state":{_json_text(node["lifecycle_state"])}'
+        f',"namespace":{_json_text(node["namespace"])}'
+        f',"next_review_at":{_json_time_text(node["next_review_at"])}'
+        f',"reinforcement_boost":{_fraction_text(node["reinforcement_boost"])}'
+        f',"salience_base":{_fraction_text(node["salience_base"])}'
+        f',"scope":{_json_text(node["scope"])}'
+        f',"stability":{_json_text(node["stability"])}'
+        f',"updated_at":{_json_time_text(node["updated_at"])}'
+        f',"user_id":{_json_text(node["user_id"])}'
+        f',"version":{node["version"]}}}'
+    )
+
+
+def _uuid_text(value: uuid.UUID | None) -> str:
+    return "null" if value is None else f'"{value}"'
+
+
+def reinforce_entry(
+    node: Mapping[str, Any],
+    evidence_id: uuid.UUID | None,
+    request_id: uuid.UUID | None,
+    operation_id: uuid.UUID,
+    now: datetime,
+) -> tuple[dict[str, Any], str, str]:
+    """A confirmation of node at now (policy additive_caps_v1, 110_reinforce.sql): the
+    after state, its journal record (prme._journal_record_v2) and the record's checksum."""
+    boost, confidence = node["reinforcement_boost"], node["confidence_base"]
+    after = dict(node)
+    after["reinforcement_boost"] = max(boost, min(boost + Decimal("0.15"), Decimal("0.5")))
+    after["confidence_base"] = max(confidence, min(confidence + Decimal("0.05"), Decimal("0.95")))
+    after["last_reinforced_at"] = now
+    after["updated_at"] = now
+    if evidence_id is not None:
+        after["evidence_refs"] = [*node["evidence_refs"], evidence_id]
+    after["version"] = node["version"] + 1
+    prev = node["last_checksum"]
+    record = (
+        f'{{"after":{node_state_text(after)},"before":{node_state_text(node)}'
+        f',"evidence_id":{_uuid_text(evidence_id)},"node_id":"{node["id"]}","op":"reinforce"'
+        f',"operation_id":"{operation_id}","policy":"additive_caps_v1"'
+        f',"prev_checksum":{"null" if prev is None else f"{chr(34)}{prev}{chr(34)}"}'
+        f',"recorded_at":{_json_time_text(now)},"request_id":{_uuid_text(request_id)}'
+        f',"user_id":{_json_text(node["user_id"])},"version":2}}'
+    )
+    return after, record, hashlib.sha256(record.encode("utf-8")).hexdigest()
 
 
 # -- validation: sql/postgres/030_validation.sql, same checks and messages ----------
@@ -514,6 +571,11 @@ class DuckDBBackend:
                 raise PrmeError(
                     f"the memory pack at {self.path} has format {row[0]}, newer than this prme-pg "
                     f"(format {FORMAT_VERSION}): upgrade prme-pg to open it"
+                )
+            elif int(row[0]) < FORMAT_VERSION:
+                # The scripts above have just upgraded it: an older prme-pg now refuses it.
+                con.execute(
+                    "UPDATE prme.pack_info SET value = $v WHERE key = 'format_version'", {"v": str(FORMAT_VERSION)}
                 )
 
         self.run(install)
@@ -736,67 +798,57 @@ class DuckDBBackend:
 
     def reinforce(self, request: Reinforce) -> Node:
         user_id = valid_user_id(request.user_id)
-        lookup = {
-            "user_id": user_id,
-            "node_id": request.node_id,
-            "evidence_id": request.evidence_id,
-            "request_id": request.request_id,
-        }
 
         def work(con: duckdb.DuckDBPyConnection) -> Node:
-            rows = _fetch_dicts(con.execute(REINFORCE_LOOKUP, lookup))
-            if not rows:
+            found = con.execute(REINFORCE_NODE, {"user_id": user_id, "node_id": request.node_id}).fetchone()
+            if found is None:
                 raise NotFoundError("node not found")
-            row = rows[0]
-            node = row["node"]
+            node = found[0]
             # docs/DESIGN.md section 3, in prme.reinforce's order: a key bound to this same
             # call is a replay (even of an archived node: it restores nothing).
-            if request.request_id is not None and row["key_found"]:
-                if row["key_matches"]:
-                    return _node(node, replayed=True)
-                raise IdempotencyConflict(
-                    "request_id was already used for another request "
-                    "(an idempotency key is bound to one operation, node and evidence)"
-                )
+            if request.request_id is not None:
+                key = con.execute(
+                    REINFORCE_KEY,
+                    {"user_id": user_id, "namespace": node["namespace"], "request_id": request.request_id},
+                ).fetchone()
+                if key is not None:
+                    if key == ("reinforce", request.node_id, request.evidence_id):
+                        return _node(node, replayed=True)
+                    raise IdempotencyConflict(
+                        "request_id was already used for another request "
+                        "(an idempotency key is bound to one operation, node and evidence)"
+                    )
             if node["lifecycle_state"] == "archived":
                 raise NotFoundError("node not found")
-            if request.evidence_id is not None and not row["evidence_found"]:
+            if request.evidence_id is not None and (
+                con.execute(
+                    REINFORCE_EVIDENCE,
+                    {"user_id": user_id, "evidence_id": request.evidence_id, "scope": node["scope"]},
+                ).fetchone()
+                is None
+            ):
                 raise NotFoundError("evidence not found")
             now, operation_id = self._clock(), self._new_id()
-            entry = con.execute(REINFORCE_ENTRY, {**lookup, "operation_id": operation_id, "now": now}).fetchone()
-            assert entry is not None
-            after, record, checksum = entry
-            self._write(
-                con,
-                node,
-                after,
-                "reinforce",
-                operation_id,
-                record,
-                checksum,
-                request_id=request.request_id,
-                evidence_id=request.evidence_id,
-            )
-            # The key last, once the record it names exists (as prme.reinforce does).
-            if request.request_id is not None:
-                try:
-                    con.execute(
-                        INSERT_KEY,
-                        {
-                            "user_id": user_id,
-                            "namespace": node["namespace"],
-                            "request_id": request.request_id,
-                            "operation": "reinforce",
-                            "node_id": request.node_id,
-                            "evidence_id": request.evidence_id,
-                            "node_version": after["version"],
-                            "created_at": now,
-                        },
-                    )
-                except duckdb.ConstraintException as exc:
-                    # Committed by another connection since this transaction began:
-                    # run again, and the key is then found (a replay or a conflict).
-                    raise _Retry from exc
+            after, record, checksum = reinforce_entry(node, request.evidence_id, request.request_id, operation_id, now)
+            # The journal record carries the key (as prme.reinforce's does): no key row.
+            try:
+                self._write(
+                    con,
+                    node,
+                    after,
+                    "reinforce",
+                    operation_id,
+                    record,
+                    checksum,
+                    request_id=request.request_id,
+                    evidence_id=request.evidence_id,
+                )
+            except duckdb.ConstraintException as exc:
+                if request.request_id is None:
+                    raise
+                # The key was committed by another connection since this transaction
+                # began: run again, and the key is then found (a replay or a conflict).
+                raise _Retry from exc
             return _node(after)
 
         return self.run(work)
@@ -901,6 +953,7 @@ class DuckDBBackend:
                 "checksum": checksum,
                 "prev_checksum": prev_checksum,
                 "recorded_at": after["updated_at"],
+                "key_namespace": None if request_id is None else after["namespace"],
             },
         )
 

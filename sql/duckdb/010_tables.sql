@@ -74,6 +74,16 @@ CREATE TABLE IF NOT EXISTS prme.journal (
     CHECK (record_version = 2 OR (request_id IS NULL AND prev_checksum IS NULL))
 );
 
+-- Pack format 2 (migration 0012_hot_path): a record's request_id is also the
+-- idempotency key of the confirmation that wrote it, scoped by key_namespace (the
+-- node's namespace, set exactly when request_id is), unique per (user_id,
+-- key_namespace, request_id). A format 1 pack's reinforce keys move here once.
+ALTER TABLE prme.journal ADD COLUMN IF NOT EXISTS key_namespace VARCHAR;
+-- Before the keys move in below: DuckDB creates no index over a table with updates
+-- outstanding in the same transaction. NULLs are distinct: records without a key
+-- never collide.
+CREATE UNIQUE INDEX IF NOT EXISTS journal_request_key ON prme.journal (user_id, key_namespace, request_id);
+
 CREATE TABLE IF NOT EXISTS prme.request_keys (
     user_id VARCHAR NOT NULL,
     namespace VARCHAR NOT NULL,
@@ -84,4 +94,15 @@ CREATE TABLE IF NOT EXISTS prme.request_keys (
     node_version BIGINT NOT NULL,
     created_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (user_id, namespace, request_id)
+);
+
+-- Keys of calls that write no journal record; a confirmation's key is its record.
+UPDATE prme.journal AS j SET key_namespace = k.namespace
+FROM prme.request_keys AS k
+WHERE k.operation = 'reinforce' AND k.user_id = j.user_id AND k.node_id = j.node_id
+  AND k.node_version = j.node_version AND k.request_id = j.request_id AND j.key_namespace IS NULL;
+DELETE FROM prme.request_keys AS k
+WHERE k.operation = 'reinforce' AND EXISTS (
+    SELECT 1 FROM prme.journal AS j
+    WHERE j.user_id = k.user_id AND j.key_namespace = k.namespace AND j.request_id = k.request_id
 );

@@ -53,7 +53,8 @@ problems AS (
         OR (doc -> 'after' ->> 'version') IS DISTINCT FROM CAST(node_version AS VARCHAR)
         OR (record_version = 2 AND (
             (doc ->> 'request_id') IS DISTINCT FROM CAST(request_id AS VARCHAR)
-            OR (doc ->> 'prev_checksum') IS DISTINCT FROM prev_checksum))
+            OR (doc ->> 'prev_checksum') IS DISTINCT FROM prev_checksum
+            OR key_namespace IS DISTINCT FROM CASE WHEN request_id IS NOT NULL THEN doc -> 'after' ->> 'namespace' END))
     )
     UNION ALL
     SELECT node_id, node_version, 4, 'continuity_break', 'before differs from the after of the previous record of this node'

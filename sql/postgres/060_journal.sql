@@ -7,6 +7,9 @@
 -- jsonb key order, TimeZone or extra_float_digits. Version 2 records carry
 -- request_id and prev_checksum (a per-node hash chain, race-free under the node's
 -- row lock); version 1 records have neither and verify under their own checksum.
+-- A record's request_id is also the idempotency key of the call that wrote it:
+-- key_namespace (the node's namespace, set exactly when request_id is) and a
+-- unique index make it one per (user_id, namespace), with no key row of its own.
 -- See docs/JOURNAL.md.
 -- =============================================================================
 
@@ -23,15 +26,27 @@ CREATE TABLE prme.journal (
     checksum text NOT NULL CHECK (checksum ~ '^[0-9a-f]{64}$'),
     prev_checksum text CHECK (prev_checksum ~ '^[0-9a-f]{64}$'),
     recorded_at timestamptz NOT NULL,
+    key_namespace text,
     PRIMARY KEY (user_id, node_id, node_version),
-    FOREIGN KEY (user_id, node_id) REFERENCES prme.nodes (user_id, id),
-    CHECK (record_version = 2 OR (request_id IS NULL AND prev_checksum IS NULL))
+    -- No foreign key to prme.nodes: every record is written with its node under the
+    -- node's row lock, nodes are never deleted, and verify_journal reports a chain
+    -- without its node (node_missing). A key check would be a trigger on every write.
+    CHECK (record_version = 2 OR (request_id IS NULL AND prev_checksum IS NULL)),
+    CONSTRAINT journal_key_namespace_check CHECK ((request_id IS NULL) = (key_namespace IS NULL))
 );
 
 COMMENT ON TABLE prme.journal IS
 'Append-only audit of node mutations: RFC 8785 record text, its sha256, and the per-node chain. See docs/JOURNAL.md.';
 COMMENT ON COLUMN prme.journal.record IS
 'Canonical JSON exactly as hashed. Every other column is a copy of a field of it, kept for indexing.';
+COMMENT ON COLUMN prme.journal.key_namespace IS
+'The node''s namespace when the record carries a request_id (its after.namespace), else null: the scope of the '
+'idempotency key.';
+
+-- The idempotency key of the calls that journal a request_id (prme.reinforce): one
+-- record per (user_id, namespace, request_id). A retry finds its record here.
+CREATE UNIQUE INDEX journal_request_key ON prme.journal (user_id, key_namespace, request_id)
+WHERE request_id IS NOT NULL;
 
 CREATE TRIGGER journal_append_only
 BEFORE UPDATE OR DELETE ON prme.journal
@@ -70,26 +85,23 @@ CREATE FUNCTION prme._journal_record_v2(
     recorded_at timestamptz
 )
 RETURNS text
-LANGUAGE plpgsql
+LANGUAGE sql
 STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- Keys in RFC 8785 order (all ASCII, so code-unit order is byte order).
-    RETURN '{"after":' || after_state
-        || ',"before":' || coalesce(before_state, 'null')
-        || ',"evidence_id":' || coalesce('"' || evidence_id::text || '"', 'null')
-        || ',"node_id":"' || node_id::text
-        || '","op":' || to_json(op)::text
-        || ',"operation_id":"' || operation_id::text
-        || '","policy":' || coalesce(to_json(policy)::text, 'null')
-        || ',"prev_checksum":' || coalesce('"' || prev_checksum || '"', 'null')
-        || ',"recorded_at":' || prme._json_time(recorded_at)
-        || ',"request_id":' || coalesce('"' || request_id::text || '"', 'null')
-        || ',"user_id":' || to_json(user_id)::text
-        || ',"version":2}';
-END;
-$$;
+PARALLEL SAFE
+-- Keys in RFC 8785 order (all ASCII, so code-unit order is byte order). SQL-standard
+-- body, no SET clause: inlined (040_nodes.sql, _json_time).
+RETURN '{"after":' || after_state
+|| ',"before":' || coalesce(before_state, 'null')
+|| ',"evidence_id":' || coalesce('"' || evidence_id::text || '"', 'null')
+|| ',"node_id":"' || node_id::text
+|| '","op":' || to_json(op)::text
+|| ',"operation_id":"' || operation_id::text
+|| '","policy":' || coalesce(to_json(policy)::text, 'null')
+|| ',"prev_checksum":' || coalesce('"' || prev_checksum || '"', 'null')
+|| ',"recorded_at":' || prme._json_time(recorded_at)
+|| ',"request_id":' || coalesce('"' || request_id::text || '"', 'null')
+|| ',"user_id":' || to_json(user_id)::text
+|| ',"version":2}';
 
 COMMENT ON FUNCTION prme._journal_record_v2(text, text, uuid, uuid, text, uuid, uuid, text, text, text, timestamptz) IS
 'Internal: the canonical text of a version 2 journal record. Pure, so other implementations '
@@ -122,6 +134,7 @@ BEGIN
     v_entry.evidence_id := evidence_id;
     v_entry.prev_checksum := before.last_checksum;
     v_entry.recorded_at := after.updated_at;
+    v_entry.key_namespace := CASE WHEN request_id IS NOT NULL THEN after.namespace END;
     v_entry.record := prme._journal_record_v2(
         op, policy, operation_id, request_id, after.user_id, after.id, evidence_id,
         CASE WHEN before.id IS NULL THEN NULL ELSE prme._node_state(before) END,
@@ -206,7 +219,9 @@ BEGIN
                OR v_doc -> 'after' ->> 'version' IS DISTINCT FROM v_entry.node_version::text
                OR (v_entry.record_version = 2 AND (
                    v_doc ->> 'request_id' IS DISTINCT FROM v_entry.request_id::text
-                   OR v_doc ->> 'prev_checksum' IS DISTINCT FROM v_entry.prev_checksum))
+                   OR v_doc ->> 'prev_checksum' IS DISTINCT FROM v_entry.prev_checksum
+                   OR v_entry.key_namespace IS DISTINCT FROM
+                   CASE WHEN v_entry.request_id IS NOT NULL THEN v_doc -> 'after' ->> 'namespace' END))
             THEN
                 problem := 'column_mismatch';
                 detail := 'a column of the journal row disagrees with its record';

@@ -3,9 +3,12 @@
 --
 -- A retried call with the same request_id must count once. A key is scoped to
 -- (user_id, namespace): another owner's identical UUID is an independent key.
--- The row binds the key to what it did (operation, node, evidence) and to the
--- journal record it produced; it is written in the same transaction as that
--- record, so an aborted call leaves no key behind.
+-- A confirmation's key is its own journal record (request_id, index
+-- journal_request_key, 060): it writes no row here. This table holds the keys of
+-- calls that journal nothing (record_outcome). The row binds the key to what it
+-- did (operation, node, evidence) and to the journal record of the node state it
+-- saw; it is written in the call's transaction, so an aborted call leaves no key
+-- behind. prme._key_replays reads both places.
 -- =============================================================================
 
 CREATE TABLE prme.request_keys (
@@ -22,4 +25,5 @@ CREATE TABLE prme.request_keys (
 );
 
 COMMENT ON TABLE prme.request_keys IS
-'Idempotency keys per (user_id, namespace): what each request_id did and the journal record it wrote.';
+'Idempotency keys per (user_id, namespace) of calls that write no journal record (record_outcome): what each '
+'request_id did and the journal record of the node state it saw. A confirmation''s key is its journal record.';

@@ -2,44 +2,52 @@
 -- prme-pg: reinforce (explicit confirmation of a memory)
 --
 -- The reference semantics are docs/DESIGN.md section 3; in short:
---   1. validate; 2. a committed key for this same node and evidence is a replay:
---   return the current node, write nothing, take no row lock; a key bound to
---   anything else is PR409; 3. lock the node (missing, foreign or archived is
---   PR404) and re-check the key against a call that committed while we waited;
+--   1. validate; 2. under the key's advisory lock, a committed key for this same
+--   node and evidence is a replay: return the current node, write nothing, take no
+--   row lock; a key bound to anything else is PR409; 3. lock the node (missing,
+--   foreign or archived is PR404);
 --   4. evidence must share the node's owner and scope; 5. additive caps that never
---   reduce; 6. journal record, then the key, in the same transaction; 7. an
---   explicit_reinforcement outcome event (210_outcomes.sql), same transaction.
+--   reduce; 6. one journal record, which carries the key (request_id, unique per
+--   user_id and namespace); 7. that record is the explicit_reinforcement outcome,
+--   counted by nodes.reinforcements in the node's own UPDATE. A fresh confirmation
+--   writes the node row and its journal record, nothing else.
 -- =============================================================================
 
+-- SQL-standard bodies, no SET clause: inlined (040_nodes.sql, _json_time).
 CREATE FUNCTION prme._reinforced_boost(boost numeric)
 RETURNS numeric
-LANGUAGE plpgsql
+LANGUAGE sql
 IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- +0.15 up to a cap of 0.5; a value already above the cap is kept, never reduced.
-    RETURN greatest(boost, least(boost + 0.15, 0.5));
-END;
-$$;
+PARALLEL SAFE
+-- +0.15 up to a cap of 0.5; a value already above the cap is kept, never reduced.
+RETURN greatest(boost, least(boost + 0.15, 0.5));
 
 COMMENT ON FUNCTION prme._reinforced_boost(numeric) IS
 'Internal, policy additive_caps_v1: reinforcement_boost after one confirmation, greatest(b, least(b + 0.15, 0.5)).';
 
 CREATE FUNCTION prme._reinforced_confidence(confidence numeric)
 RETURNS numeric
-LANGUAGE plpgsql
+LANGUAGE sql
 IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- +0.05 up to a cap of 0.95; a value already above the cap is kept, never reduced.
-    RETURN greatest(confidence, least(confidence + 0.05, 0.95));
-END;
-$$;
+PARALLEL SAFE
+-- +0.05 up to a cap of 0.95; a value already above the cap is kept, never reduced.
+RETURN greatest(confidence, least(confidence + 0.05, 0.95));
 
 COMMENT ON FUNCTION prme._reinforced_confidence(numeric) IS
 'Internal, policy additive_caps_v1: confidence_base after one confirmation, greatest(c, least(c + 0.05, 0.95)).';
+
+CREATE FUNCTION prme._key_lock(user_id text, namespace text, request_id uuid)
+RETURNS bigint
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN hashtextextended(user_id || '/' || namespace || '/' || request_id::text, 0);
+
+COMMENT ON FUNCTION prme._key_lock(text, text, uuid) IS
+'Internal: the transaction advisory lock key of an idempotency key. The calls that claim a key in different '
+'places (reinforce: its journal record; record_outcome: prme.request_keys) hold it while they check and claim, '
+'so a key reused by another kind of call is PR409 even when both race. A hash collision only makes two '
+'calls wait for each other.';
 
 CREATE FUNCTION prme._key_replays(
     user_id text,
@@ -55,19 +63,35 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_journal record;
     v_key prme.request_keys;
 BEGIN
-    SELECT k.* INTO v_key
-    FROM prme.request_keys AS k
-    WHERE k.user_id = _key_replays.user_id
-      AND k.namespace = _key_replays.namespace
-      AND k.request_id = _key_replays.request_id;
-    IF NOT FOUND THEN
-        RETURN FALSE;
-    END IF;
-    IF v_key.operation = _key_replays.operation AND v_key.node_id = _key_replays.node_id
-       AND v_key.evidence_id IS NOT DISTINCT FROM _key_replays.evidence_id THEN
-        RETURN TRUE;
+    -- A confirmation's key is its journal record (index journal_request_key).
+    SELECT j.op, j.node_id, j.evidence_id INTO v_journal
+    FROM prme.journal AS j
+    WHERE j.user_id = _key_replays.user_id
+      AND j.key_namespace = _key_replays.namespace
+      AND j.request_id = _key_replays.request_id;
+    IF FOUND THEN
+        IF _key_replays.operation = 'reinforce' AND v_journal.op = 'reinforce'
+           AND v_journal.node_id = _key_replays.node_id
+           AND v_journal.evidence_id IS NOT DISTINCT FROM _key_replays.evidence_id THEN
+            RETURN TRUE;
+        END IF;
+    ELSE
+        -- Any other call's key: record_outcome's.
+        SELECT k.* INTO v_key
+        FROM prme.request_keys AS k
+        WHERE k.user_id = _key_replays.user_id
+          AND k.namespace = _key_replays.namespace
+          AND k.request_id = _key_replays.request_id;
+        IF NOT FOUND THEN
+            RETURN FALSE;
+        END IF;
+        IF v_key.operation = _key_replays.operation AND v_key.node_id = _key_replays.node_id
+           AND v_key.evidence_id IS NOT DISTINCT FROM _key_replays.evidence_id THEN
+            RETURN TRUE;
+        END IF;
     END IF;
     RAISE EXCEPTION USING
         ERRCODE = 'PR409',
@@ -78,8 +102,9 @@ $$;
 
 COMMENT ON FUNCTION prme._key_replays(text, text, uuid, text, uuid, uuid) IS
 'Internal (volatile on purpose: each call reads with a fresh snapshot, so it sees keys committed while the '
-'caller waited for a row lock): true when a committed key binds request_id to this same operation, node and evidence (a replay); '
-'false when the key is unused; PR409 when it is bound to anything else.';
+'caller waited for the key''s advisory lock): true when a committed key binds request_id to this same operation, node and '
+'evidence (a replay); false when the key is unused; PR409 when it is bound to anything else. A key is a journal '
+'record carrying request_id (reinforce) or a prme.request_keys row (record_outcome).';
 
 CREATE FUNCTION prme.reinforce(
     node_id uuid,
@@ -104,20 +129,23 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
     END IF;
 
-    -- 2. Replay check before any lock: a plain read, no WAL.
+    -- 2. Replay check before any row lock: plain reads, no WAL. The key's advisory
+    -- lock (prme._key_lock: memory only, no WAL either) comes first, and every call
+    -- that claims a key holds it until it commits, so the key seen here stays the key
+    -- until this call commits: no re-check is needed once the row is locked.
     IF reinforce.request_id IS NOT NULL THEN
-        SELECT n.* INTO v_node
+        SELECT n.namespace INTO v_node.namespace
         FROM prme.nodes AS n
         WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
         END IF;
+        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, reinforce.request_id));
         IF prme._key_replays(
             v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
         ) THEN
-            -- Read the node again: the call that committed the key may have committed
-            -- after the read above, and a replay returns the current node. Seeing the
-            -- key guarantees this new snapshot sees that call's update too.
+            -- Read the node now: a replay returns the current node, and this new
+            -- snapshot sees the update of the call that committed the key.
             SELECT n.* INTO v_node
             FROM prme.nodes AS n
             WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
@@ -143,14 +171,6 @@ BEGIN
         END IF;
     END IF;
 
-    -- Re-check the key under the row lock: a call with this key on this node that
-    -- committed while we waited for the lock is visible to this new statement.
-    IF reinforce.request_id IS NOT NULL AND prme._key_replays(
-        v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
-    ) THEN
-        RETURN prme._node_view(v_node, TRUE);
-    END IF;
-
     -- 5. Additive caps; salience_base is unchanged.
     v_after := v_node;
     v_after.reinforcement_boost := prme._reinforced_boost(v_node.reinforcement_boost);
@@ -161,14 +181,18 @@ BEGIN
         v_after.evidence_refs := v_node.evidence_refs || reinforce.evidence_id;
     END IF;
     v_after.version := v_node.version + 1;
+    -- 7. The explicit_reinforcement outcome is this confirmation's journal record,
+    -- counted on the node by the same UPDATE (docs/MAINTENANCE.md).
+    v_after.reinforcements := v_node.reinforcements + 1;
 
-    -- 6. Journal record, chained to the node's previous record.
+    -- 6. Journal record, chained to the node's previous record; it carries the key.
     v_entry := prme._journal_entry(
         'reinforce', 'additive_caps_v1', gen_random_uuid(), reinforce.request_id, reinforce.evidence_id,
         v_node, v_after
     );
     v_after.last_checksum := v_entry.checksum;
 
+    -- No indexed column, no generated column, no trigger: a HOT update.
     UPDATE prme.nodes AS n SET
         reinforcement_boost = v_after.reinforcement_boost,
         confidence_base = v_after.confidence_base,
@@ -176,36 +200,14 @@ BEGIN
         updated_at = v_after.updated_at,
         evidence_refs = v_after.evidence_refs,
         version = v_after.version,
-        last_checksum = v_after.last_checksum
+        last_checksum = v_after.last_checksum,
+        reinforcements = v_after.reinforcements
     WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
+
+    -- The record claims the key (journal_request_key). Every call that claims a key
+    -- holds its advisory lock, so no API call can have claimed it since the check
+    -- above: a plain INSERT, no speculative insertion (ON CONFLICT).
     INSERT INTO prme.journal SELECT v_entry.*;
-
-    -- Claim the key last, once the journal record it names exists. Calls on this
-    -- node are serialised by the row lock, so a conflict here can only be a
-    -- concurrent call that bound this key to another node of the namespace:
-    -- PR409, which also undoes this call's update and record.
-    IF reinforce.request_id IS NOT NULL THEN
-        INSERT INTO prme.request_keys (
-            user_id, namespace, request_id, operation, node_id, evidence_id, node_version, created_at
-        ) VALUES (
-            v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id,
-            reinforce.evidence_id, v_after.version, v_now
-        )
-        ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING
-                ERRCODE = 'PR409',
-                MESSAGE = 'request_id was already used for another request',
-                DETAIL = 'an idempotency key is bound to one operation, node and evidence';
-        END IF;
-    END IF;
-
-    -- 7. The outcome event (docs/MAINTENANCE.md): an applied confirmation counts
-    -- as explicit_reinforcement; a replay returned above and appends nothing.
-    PERFORM prme._add_outcome(
-        v_user_id, reinforce.node_id, 'explicit_reinforcement', reinforce.evidence_id, NULL, NULL, NULL,
-        reinforce.request_id, 'reinforce', v_after.version, v_now
-    );
 
     RETURN prme._node_view(v_after, FALSE);
 END;
@@ -213,6 +215,7 @@ $$;
 
 COMMENT ON FUNCTION prme.reinforce(uuid, text, uuid, uuid) IS
 'Confirms a memory of user_id (DESIGN.md section 3): boost +0.15 capped at 0.5, confidence +0.05 capped at 0.95, '
-'never reduced; evidence_id appended to evidence_refs; journaled. With request_id, a retry of the same call '
-'returns the current node with replayed = true and writes nothing; reuse for anything else raises PR409. '
-'PR404 for a missing, foreign or archived node, or evidence of another owner or scope.';
+'never reduced; evidence_id appended to evidence_refs; journaled, and the journal record is its '
+'explicit_reinforcement outcome and carries its key. With request_id, a retry of the same call returns the '
+'current node with replayed = true and writes nothing; reuse for anything else raises PR409. PR404 for a '
+'missing, foreign or archived node, or evidence of another owner or scope.';

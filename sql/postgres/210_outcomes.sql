@@ -7,9 +7,13 @@
 --   neutral_exposure         0    it was shown, nothing more
 --   explicit_correction     -1.0  the owner corrected it
 -- An outcome never changes its node: maintenance (250, 260) turns outcomes into
--- reviewed, journaled changes. Each outcome also adds to its memory's running
+-- reviewed, journaled changes. Each outcome row also adds to its memory's running
 -- totals in prme.node_maintenance (200), in the same transaction, so the
 -- maintenance report reads one row per memory instead of aggregating every outcome.
+-- A confirmation (prme.reinforce) writes no row here: its explicit_reinforcement
+-- outcome is its journal record, counted by prme.nodes.reinforcements (0012; rows
+-- that confirmations wrote before are kept, recorded_by 'reinforce', and read
+-- through the journal like the newer ones).
 -- record_outcome is idempotent by request_id like reinforce: the key lives in
 -- prme.request_keys (operation 'record_outcome'), bound to the node and evidence,
 -- and to the journal record of the node state the outcome was recorded against;
@@ -211,10 +215,6 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_row prme.outcomes;
-    -- The outcome as increments of the totals pending_moves reads.
-    v_er integer;
-    v_is integer;
-    v_ec integer;
 BEGIN
     v_row.user_id := _add_outcome.user_id;
     v_row.id := gen_random_uuid();
@@ -231,21 +231,11 @@ BEGIN
     v_row.created_at := _add_outcome.created_at;
     INSERT INTO prme.outcomes SELECT v_row.*;
 
-    v_er := (v_row.outcome = 'explicit_reinforcement')::integer;
-    v_is := (v_row.outcome = 'implicit_success')::integer;
-    v_ec := (v_row.outcome = 'explicit_correction')::integer;
     UPDATE prme.node_maintenance AS k SET
-        explicit_reinforcements = k.explicit_reinforcements + v_er,
-        implicit_successes = k.implicit_successes + v_is,
+        explicit_reinforcements = k.explicit_reinforcements + (v_row.outcome = 'explicit_reinforcement')::integer,
+        implicit_successes = k.implicit_successes + (v_row.outcome = 'implicit_success')::integer,
         neutral_exposures = k.neutral_exposures + (v_row.outcome = 'neutral_exposure')::integer,
-        explicit_corrections = k.explicit_corrections + v_ec,
-        -- What the new totals call for (SET sees the old values: the increments again).
-        pending_moves = prme._maintenance_moves(
-            k.stability, k.lifecycle_state,
-            k.explicit_reinforcements + v_er - k.reviewed_explicit_reinforcements,
-            k.implicit_successes + v_is - k.reviewed_implicit_successes,
-            k.explicit_corrections + v_ec - k.reviewed_explicit_corrections
-        ),
+        explicit_corrections = k.explicit_corrections + (v_row.outcome = 'explicit_correction')::integer,
         last_outcome_at = greatest(k.last_outcome_at, v_row.created_at),
         updated_at = v_row.created_at
     WHERE k.user_id = v_row.user_id AND k.node_id = v_row.node_id;
@@ -258,8 +248,7 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme._add_outcome(text, uuid, text, uuid, text, text, text, uuid, text, bigint, timestamptz) IS
-'Internal: appends one outcome event and adds it to the node''s running totals in prme.node_maintenance '
-'(and what they call for, pending_moves). '
+'Internal: appends one outcome event and adds it to the node''s running totals in prme.node_maintenance. '
 'The caller has validated the arguments and holds a lock on the node.';
 
 CREATE FUNCTION prme._suggested_stability(
@@ -338,6 +327,13 @@ BEGIN
         END IF;
     END IF;
 
+    -- The key's advisory lock (prme._key_lock, which reinforce also takes) before the
+    -- row lock, in reinforce's order: taken the other way round, this share lock and
+    -- reinforce's FOR UPDATE could each wait for the other.
+    IF record_outcome.request_id IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, record_outcome.request_id));
+    END IF;
+
     -- The outcome does not change the node, so a share lock is enough: it keeps
     -- the node from being archived (or otherwise mutated) until we commit.
     SELECT n.* INTO v_node
@@ -357,9 +353,18 @@ BEGIN
     END IF;
 
     -- Claim the key before appending: share locks do not serialise calls, the key
-    -- does. A conflict waits for the other call; if it committed, this is its replay
-    -- (or PR409 when the key is bound to anything else).
+    -- does. Its advisory lock, held since above, orders this call after any call that
+    -- claimed the same key (a confirmation's key is its journal record: PR409). A
+    -- conflict on the key row waits for the other call; if it committed, this is its
+    -- replay (or PR409 when the key is bound to anything else).
     IF record_outcome.request_id IS NOT NULL THEN
+        v_row := prme._outcome_replay(
+            v_user_id, v_node.namespace, record_outcome.request_id, record_outcome.node_id, v_outcome,
+            record_outcome.evidence_id, v_profile_id, v_thread_id, v_notes
+        );
+        IF v_row.id IS NOT NULL THEN
+            RETURN prme._outcome_view(v_row, TRUE);
+        END IF;
         INSERT INTO prme.request_keys (
             user_id, namespace, request_id, operation, node_id, evidence_id, node_version, created_at
         ) VALUES (
@@ -462,12 +467,13 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_user_id text := prme._valid_user_id(outcome_summary.user_id);
+    v_node prme.nodes;
     v_summary prme.node_maintenance;
 BEGIN
     IF outcome_summary.node_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
     END IF;
-    PERFORM FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = outcome_summary.node_id;
+    SELECT n.* INTO v_node FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = outcome_summary.node_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
     END IF;
@@ -475,7 +481,8 @@ BEGIN
     FROM prme.node_maintenance AS s
     WHERE s.user_id = v_user_id AND s.node_id = outcome_summary.node_id;
 
-    explicit_reinforcements := coalesce(v_summary.explicit_reinforcements, 0);
+    -- Confirmations are counted on the node, outcome rows in its bookkeeping row.
+    explicit_reinforcements := coalesce(v_summary.explicit_reinforcements, 0) + v_node.reinforcements;
     implicit_successes := coalesce(v_summary.implicit_successes, 0);
     neutral_exposures := coalesce(v_summary.neutral_exposures, 0);
     explicit_corrections := coalesce(v_summary.explicit_corrections, 0);
@@ -485,7 +492,10 @@ BEGIN
     suggested_stability := prme._suggested_stability(
         explicit_reinforcements, implicit_successes, neutral_exposures, explicit_corrections
     );
-    last_outcome_at := v_summary.last_outcome_at;
+    -- The newest confirmation is a counted one (the counted ones are the newest).
+    last_outcome_at := greatest(
+        v_summary.last_outcome_at, CASE WHEN v_node.reinforcements > 0 THEN v_node.last_reinforced_at END
+    );
     RETURN NEXT;
 END;
 $$;

@@ -57,16 +57,7 @@ BEGIN
         reviewed_explicit_corrections
         = greatest(k.reviewed_explicit_corrections, _settle_outcomes.explicit_corrections),
         reviewed_at = _settle_outcomes.reviewed_at,
-        updated_at = _settle_outcomes.reviewed_at,
-        -- What is left pending after the settled counts (SET sees the old values).
-        pending_moves = prme._maintenance_moves(
-            k.stability, k.lifecycle_state,
-            k.explicit_reinforcements
-            - greatest(k.reviewed_explicit_reinforcements, _settle_outcomes.explicit_reinforcements),
-            k.implicit_successes - greatest(k.reviewed_implicit_successes, _settle_outcomes.implicit_successes),
-            k.explicit_corrections
-            - greatest(k.reviewed_explicit_corrections, _settle_outcomes.explicit_corrections)
-        )
+        updated_at = _settle_outcomes.reviewed_at
     WHERE k.user_id = _settle_outcomes.user_id AND k.node_id = _settle_outcomes.node_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'prme.node_maintenance has no row for node %', _settle_outcomes.node_id
@@ -76,8 +67,9 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme._settle_outcomes(text, uuid, bigint, bigint, bigint, bigint, timestamptz) IS
-'Internal: records that a review of the memory saw these cumulative outcome counts; the report then counts only '
-'outcomes beyond them. Idempotent (counts are raised, never lowered).';
+'Internal: records that a review of the memory saw these cumulative outcome counts (explicit reinforcements: '
+'confirmations and outcome rows together); the report then counts only outcomes beyond them. Idempotent '
+'(counts are raised, never lowered).';
 
 CREATE FUNCTION prme.mark_reviewed(user_id text, node_id uuid, next_review_at timestamptz DEFAULT NULL)
 RETURNS prme.node_view
@@ -130,12 +122,13 @@ BEGIN
     INSERT INTO prme.journal SELECT v_entry.*;
 
     -- The review covers every outcome recorded so far (recorders hold a share lock
-    -- on the node, so all of them have committed by the time we hold ours).
+    -- on the node, so all of them have committed by the time we hold ours), and
+    -- every confirmation (counted on the node row we hold).
     SELECT s.* INTO v_summary
     FROM prme.node_maintenance AS s
     WHERE s.user_id = v_user_id AND s.node_id = mark_reviewed.node_id;
     PERFORM prme._settle_outcomes(
-        v_user_id, mark_reviewed.node_id, coalesce(v_summary.explicit_reinforcements, 0),
+        v_user_id, mark_reviewed.node_id, coalesce(v_summary.explicit_reinforcements, 0) + v_node.reinforcements,
         coalesce(v_summary.implicit_successes, 0), coalesce(v_summary.neutral_exposures, 0),
         coalesce(v_summary.explicit_corrections, 0), v_now
     );

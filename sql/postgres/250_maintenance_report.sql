@@ -1,14 +1,14 @@
 -- =============================================================================
 -- prme-pg: maintenance_report (recommendations; changes nothing)
 --
--- One set-based query over prme.node_maintenance alone: the mirror of each
--- memory's schedule fields, its running outcome totals and what its last review
--- settled are all there, so the report joins nothing per memory and never
--- aggregates outcomes (docs/MAINTENANCE.md, "Scale"). The effective settings are
--- read once into variables; what does not depend on as_of is precomputed in the
--- bookkeeping row (pending_moves, review_due_at: 200). Outcomes are read only for
--- memories with outcomes after as_of, to leave those out. Counts are outcomes
--- since the last review, up to as_of:
+-- One set-based query over the owner's memories (prme.nodes: schedule,
+-- confidence, and confirmations counted by reinforcements) joined with their
+-- bookkeeping rows (prme.node_maintenance: totals of outcome rows, what the last
+-- review settled, decay): it never aggregates outcomes (docs/MAINTENANCE.md,
+-- "Scale"). The effective settings are read once into variables. Outcomes (rows,
+-- and confirmations' journal records) are read only for memories with outcomes
+-- after as_of, to leave those out. Counts are outcomes since the last review, up
+-- to as_of:
 --   explicit_correction >= 1          review_memory, and decrease_stability
 --                                     (stable -> semi-stable, semi-stable -> low;
 --                                     requires review) unless already low
@@ -68,73 +68,72 @@ BEGIN
     RETURN QUERY
     WITH counted AS (
         SELECT
-            k.node_id,
-            k.lifecycle_state,
-            k.stability,
-            k.confidence_base,
-            k.confidence_ten_thousandths,
-            k.next_review_at,
-            -- review_due_at is next_review_at (null unless active or contested).
-            coalesce(k.review_due_at <= v_as_of, false) AS due,
-            -- Outcomes since the last review, up to as_of: the totals minus what the
-            -- review settled, minus (rarely) what was recorded after as_of.
-            CASE WHEN k.last_outcome_at > v_as_of
-                THEN greatest(k.explicit_reinforcements - k.reviewed_explicit_reinforcements - l.later[1], 0)
-                ELSE k.explicit_reinforcements - k.reviewed_explicit_reinforcements
-            END AS er,
-            CASE WHEN k.last_outcome_at > v_as_of
-                THEN greatest(k.implicit_successes - k.reviewed_implicit_successes - l.later[2], 0)
-                ELSE k.implicit_successes - k.reviewed_implicit_successes
-            END AS isx,
-            CASE WHEN k.last_outcome_at > v_as_of
-                THEN greatest(k.explicit_corrections - k.reviewed_explicit_corrections - l.later[3], 0)
-                ELSE k.explicit_corrections - k.reviewed_explicit_corrections
-            END AS ec,
-            -- What they call for (a code, prme._maintenance_moves): precomputed in the
-            -- row, unless outcomes were recorded after as_of.
-            CASE WHEN k.last_outcome_at > v_as_of THEN prme._maintenance_moves(k.stability, k.lifecycle_state,
-                    greatest(k.explicit_reinforcements - k.reviewed_explicit_reinforcements - l.later[1], 0),
-                    greatest(k.implicit_successes - k.reviewed_implicit_successes - l.later[2], 0),
-                    greatest(k.explicit_corrections - k.reviewed_explicit_corrections - l.later[3], 0))
-                ELSE k.pending_moves
-            END AS moves,
+            n.id AS node_id,
+            n.lifecycle_state,
+            n.stability,
+            n.confidence_base,
+            (n.confidence_base * 10000)::integer AS confidence_ten_thousandths,
+            n.next_review_at,
+            coalesce(n.next_review_at <= v_as_of, false) AS due,
+            -- Outcomes since the last review, up to as_of: the totals (outcome rows and
+            -- confirmations) minus what the review settled, minus (rarely) what was
+            -- recorded after as_of.
+            greatest(k.explicit_reinforcements + n.reinforcements - k.reviewed_explicit_reinforcements
+                - coalesce(l.later[1], 0), 0) AS er,
+            greatest(k.implicit_successes - k.reviewed_implicit_successes - coalesce(l.later[2], 0), 0) AS isx,
+            greatest(k.explicit_corrections - k.reviewed_explicit_corrections - coalesce(l.later[3], 0), 0) AS ec,
+            k.decay_anchor,
+            k.decay_cycles,
+            n.decay_profile
+        FROM prme.nodes AS n
+        INNER JOIN prme.node_maintenance AS k ON k.user_id = n.user_id AND k.node_id = n.id
+        -- Outcomes recorded after as_of are not part of the report. Only memories
+        -- whose newest outcome or confirmation is later than as_of look them up (none
+        -- when as_of is now): an index range scan each. Of the confirmations after
+        -- as_of, only the counted ones (the newest n.reinforcements) are left out.
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN k.last_outcome_at > v_as_of OR (n.reinforcements > 0 AND n.last_reinforced_at > v_as_of)
+                THEN (
+                    SELECT ARRAY[
+                        count(*) FILTER (WHERE o.outcome = 'explicit_reinforcement') + least(n.reinforcements, (
+                            SELECT count(*) FROM prme.journal AS j
+                            WHERE j.user_id = n.user_id AND j.node_id = n.id AND j.op = 'reinforce'
+                              AND j.recorded_at > v_as_of
+                        )),
+                        count(*) FILTER (WHERE o.outcome = 'implicit_success'),
+                        count(*) FILTER (WHERE o.outcome = 'explicit_correction')
+                    ]
+                    FROM prme.outcomes AS o
+                    WHERE o.user_id = n.user_id AND o.node_id = n.id AND o.created_at > v_as_of
+                      AND o.recorded_by <> 'reinforce'
+                ) END AS later
+        ) AS l
+        WHERE n.user_id = v_user_id AND n.lifecycle_state IN ('active', 'contested')
+        -- A fence: each value above is computed once per memory.
+        OFFSET 0
+    ),
+
+    moved AS (
+        SELECT
+            c.*,
+            -- What the counts call for, as a code (prme._maintenance_moves, inlined).
+            prme._maintenance_moves(c.stability, c.lifecycle_state, c.er, c.isx, c.ec) AS moves,
             -- Overdue cycles begun by as_of (due memories only).
-            CASE WHEN k.review_due_at <= v_as_of
-                    THEN prme._cycles_due(k.next_review_at, v_as_of, CASE k.stability
+            CASE WHEN c.due
+                    THEN prme._cycles_due(c.next_review_at, v_as_of, CASE c.stability
                         WHEN 'low' THEN v_low_seconds WHEN 'semi-stable' THEN v_semi_seconds ELSE v_stable_seconds
                     END)
                 ELSE 0
             END AS cycles_due,
             -- Cycles already decayed against the current schedule.
-            CASE WHEN k.decay_anchor = k.next_review_at THEN k.decay_cycles ELSE 0 END AS cycles_done,
+            CASE WHEN c.decay_anchor = c.next_review_at THEN c.decay_cycles ELSE 0 END AS cycles_done,
             -- The decay per cycle (ten-thousandths); 0 for memories that do not decay
             -- (permanent, or confidence already 0).
-            CASE WHEN k.confidence_ten_thousandths > 0 AND k.decay_profile <> 'permanent' THEN CASE k.stability
+            CASE WHEN c.confidence_ten_thousandths > 0 AND c.decay_profile <> 'permanent' THEN CASE c.stability
                 WHEN 'low' THEN v_low_decay WHEN 'semi-stable' THEN v_semi_decay ELSE v_stable_decay END
             ELSE 0 END AS decay_per_cycle
-        FROM prme.node_maintenance AS k
-        -- Outcomes recorded after as_of are not part of the report. Only memories
-        -- whose newest outcome is later than as_of look them up (none when as_of is
-        -- now): an index range scan each.
-        CROSS JOIN LATERAL (
-            SELECT CASE WHEN k.last_outcome_at > v_as_of THEN (
-                SELECT ARRAY[
-                    count(*) FILTER (WHERE o.outcome = 'explicit_reinforcement'),
-                    count(*) FILTER (WHERE o.outcome = 'implicit_success'),
-                    count(*) FILTER (WHERE o.outcome = 'explicit_correction')
-                ]
-                FROM prme.outcomes AS o
-                WHERE o.user_id = k.user_id AND o.node_id = k.node_id AND o.created_at > v_as_of
-            ) END AS later
-        ) AS l
-        -- The first cut, on two precomputed columns: due, or outcomes that call for
-        -- something. Outcomes after as_of only lower the counts, and lower counts
-        -- never call for something when the totals call for nothing. Written before
-        -- the owner test: about half of the rows fail it.
-        WHERE (k.review_due_at <= v_as_of OR k.pending_moves > 0)
-          AND k.user_id = v_user_id
-        -- A fence: each value above is computed once per memory, not once per
-        -- reference below.
+        FROM counted AS c
+        WHERE c.due OR c.er >= 2 OR c.isx >= 5 OR c.ec >= 1
         OFFSET 0
     )
 
@@ -197,7 +196,7 @@ BEGIN
         c.er,
         c.isx,
         c.ec
-    FROM counted AS c
+    FROM moved AS c
     -- Exactly the memories with at least one recommendation.
     WHERE c.due OR c.moves > 0;
 END;

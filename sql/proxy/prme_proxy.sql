@@ -761,7 +761,7 @@ AS $$
     RUN ON prme.route(user_id);
 $$;
 COMMENT ON FUNCTION prme.reinforce(uuid,text,uuid,uuid) IS
-'Confirms a memory of user_id (DESIGN.md section 3): boost +0.15 capped at 0.5, confidence +0.05 capped at 0.95, never reduced; evidence_id appended to evidence_refs; journaled. With request_id, a retry of the same call returns the current node with replayed = true and writes nothing; reuse for anything else raises PR409. PR404 for a missing, foreign or archived node, or evidence of another owner or scope.';
+'Confirms a memory of user_id (DESIGN.md section 3): boost +0.15 capped at 0.5, confidence +0.05 capped at 0.95, never reduced; evidence_id appended to evidence_refs; journaled, and the journal record is its explicit_reinforcement outcome and carries its key. With request_id, a retry of the same call returns the current node with replayed = true and writes nothing; reuse for anything else raises PR409. PR404 for a missing, foreign or archived node, or evidence of another owner or scope.';
 REVOKE ALL ON FUNCTION prme.reinforce(uuid,text,uuid,uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.reinforce(uuid,text,uuid,uuid) TO prme_app;
 

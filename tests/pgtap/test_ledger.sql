@@ -248,8 +248,8 @@ SELECT is(
     'the receipt carries the result'
 );
 SELECT ok(
-    EXISTS (SELECT FROM prme.request_keys WHERE user_id = 'alice' AND request_id = pg_temp.op(4)),
-    'reinforce used the operation id as its request_id'
+    EXISTS (SELECT FROM prme.journal WHERE user_id = 'alice' AND request_id = pg_temp.op(4) AND op = 'reinforce'),
+    'reinforce used the operation id as its request_id (its journal record carries it)'
 );
 SELECT is(pg_temp.state(5), 'rejected', 'an unknown payload field is rejected');
 SELECT is(pg_temp.reason(5), 'invalid_payload', 'with reason invalid_payload');

@@ -267,29 +267,31 @@ SELECT throws_ok(
 SELECT pg_temp.unchanged('invalid calls write nothing');
 
 -- -----------------------------------------------------------------------------
--- 6. reinforce appends explicit_reinforcement when it applies, never on replay
+-- 6. reinforce's explicit_reinforcement outcome is its journal record: one when it
+-- applies, none on replay, and no outcome row
 -- -----------------------------------------------------------------------------
 SELECT results_eq(
-    $$SELECT outcome, weight, request_id, evidence_id, node_version, recorded_by FROM prme.outcomes
-      WHERE user_id = 'oc_alice' AND node_id = 'a1000000-0000-4000-8000-000000000008'$$,
+    $$SELECT outcome, weight, request_id, evidence_id, node_version, recorded_by
+      FROM prme.node_outcomes('oc_alice', 'a1000000-0000-4000-8000-000000000008')$$,
     $$VALUES ('explicit_reinforcement', 1.00::numeric(3, 2), 'c1000000-0000-4000-8000-000000000002'::uuid,
               NULL::uuid, 2::bigint, 'reinforce')$$,
-    'reinforce appended one explicit_reinforcement event with its key and the version it produced');
+    'reinforce''s journal record is one explicit_reinforcement event with its key and the version it produced');
 SELECT is(
     (SELECT replayed FROM prme.reinforce('a1000000-0000-4000-8000-000000000008', 'oc_alice', NULL,
         'c1000000-0000-4000-8000-000000000002')),
     true, 'reinforce replay');
 SELECT is(
-    (SELECT count(*) FROM prme.outcomes WHERE user_id = 'oc_alice'
-        AND node_id = 'a1000000-0000-4000-8000-000000000008'),
-    1::bigint, 'a reinforce replay appends no outcome');
+    (SELECT (count(*), (SELECT count(*) FROM prme.outcomes WHERE user_id = 'oc_alice'
+        AND node_id = 'a1000000-0000-4000-8000-000000000008'))::text
+     FROM prme.node_outcomes('oc_alice', 'a1000000-0000-4000-8000-000000000008')),
+    '(1,0)', 'a reinforce replay appends no outcome, and no confirmation writes an outcome row');
 SELECT lives_ok($$
     SELECT prme.reinforce('a1000000-0000-4000-8000-000000000008', 'oc_alice', 'e1000000-0000-4000-8000-0000000000a1');
     SELECT prme.reinforce('a1000000-0000-4000-8000-000000000008', 'oc_alice');
 $$, 'two reinforces without key, one with evidence');
 SELECT results_eq(
-    $$SELECT evidence_id, node_version, request_id FROM prme.outcomes
-      WHERE user_id = 'oc_alice' AND node_id = 'a1000000-0000-4000-8000-000000000008' ORDER BY node_version$$,
+    $$SELECT evidence_id, node_version, request_id
+      FROM prme.node_outcomes('oc_alice', 'a1000000-0000-4000-8000-000000000008') ORDER BY node_version$$,
     $$VALUES (NULL::uuid, 2::bigint, 'c1000000-0000-4000-8000-000000000002'::uuid),
              ('e1000000-0000-4000-8000-0000000000a1', 3, NULL),
              (NULL, 4, NULL)$$,
@@ -327,9 +329,9 @@ SELECT set_eq(
     $$SELECT * FROM incremental$$,
     'the incremental bookkeeping (mirror and running totals) equals a rebuild');
 SELECT results_eq(
-    $$SELECT k.stability, k.lifecycle_state, k.next_review_at, k.decay_profile, k.confidence_base
+    $$SELECT k.stability, k.lifecycle_state, k.next_review_at, k.decay_profile
       FROM prme.node_maintenance AS k WHERE k.user_id = 'oc_alice' ORDER BY k.node_id$$,
-    $$SELECT n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile, n.confidence_base
+    $$SELECT n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile
       FROM prme.nodes AS n WHERE n.user_id = 'oc_alice' ORDER BY n.id$$,
     'one bookkeeping row per memory mirrors its schedule fields (archived and reinforced ones included)');
 SELECT is_empty($$SELECT * FROM prme.verify_journal('oc_alice')$$, 'the journal of oc_alice verifies');

@@ -4,8 +4,9 @@
 -- Proves: effective salience and confidence follow the formulas of issue 8 for
 -- every decay profile, from last_reinforced_at or else created_at, clamped to
 -- [0, 1], never negative in age, never underflowing, and never written back;
--- the search column is generated, kept current, indexed with user_id first and
--- absent from journal states; recall pins its ranking on a fixed corpus (score =
+-- the search column is written once by add_node (a plain column: content never
+-- changes, and a generated one would be recomputed by every UPDATE), indexed with
+-- user_id first and absent from journal states; recall pins its ranking on a fixed corpus (score =
 -- relevance * (0.5 + 0.25 salience + 0.25 confidence), ties by id), excludes
 -- archived and deprecated memories and every other owner, filters by scope,
 -- ranks by strength alone without a query, changes with as_of and with
@@ -39,11 +40,12 @@ BEGIN
     INSERT INTO prme.nodes (
         id, user_id, namespace, scope, kind, content, confidence_base, salience_base, reinforcement_boost,
         last_reinforced_at, evidence_refs, stability, next_review_at, lifecycle_state, decay_profile,
-        created_at, updated_at, version, last_checksum
+        created_at, updated_at, version, last_checksum, search
     ) VALUES (
         v.id, v.user_id, v.namespace, v.scope, v.kind, v.content, v.confidence_base, v.salience_base,
         v.reinforcement_boost, v.last_reinforced_at, v.evidence_refs, v.stability, v.next_review_at,
-        v.lifecycle_state, v.decay_profile, v.created_at, v.updated_at, v.version, v.last_checksum
+        v.lifecycle_state, v.decay_profile, v.created_at, v.updated_at, v.version, v.last_checksum,
+        array_to_tsvector(prme._owner_lexemes(v.user_id, v.content))
     );
     INSERT INTO prme.journal SELECT e.*;
 END;
@@ -115,11 +117,11 @@ SELECT throws_ok($$SELECT * FROM prme.effective_nodes('decay', 'infinity')$$, 'P
                  'effective_nodes: as_of infinity is PR422');
 
 -- -----------------------------------------------------------------------------
--- 2. The search column: generated, current, indexed with user_id first, not journaled
+-- 2. The search column: written once, indexed with user_id first, not journaled
 -- -----------------------------------------------------------------------------
 SELECT is(
     (SELECT attgenerated::text FROM pg_attribute WHERE attrelid = 'prme.nodes'::regclass AND attname = 'search'),
-    's', 'nodes.search is a stored generated column');
+    '', 'nodes.search is a plain column, not a generated one (recomputed by every UPDATE)');
 SELECT is(
     (SELECT indexdef FROM pg_indexes WHERE schemaname = 'prme' AND indexname = 'nodes_search_idx'),
     'CREATE INDEX nodes_search_idx ON prme.nodes USING gin (search)',
@@ -128,12 +130,12 @@ SELECT is(
     (SELECT tsvector_to_array(search) FROM prme.nodes WHERE id = 'dddddddd-0000-4000-8000-000000000001'),
     ARRAY[left(encode(sha256('decay'::bytea), 'hex'), 16) || '/p'],
     '... whose every key starts with the owner''s key: 16 hex digits of sha256(user_id), a slash, the lexeme');
-SELECT throws_ok(
-    $$UPDATE prme.nodes SET search = to_tsvector('simple', 'planted') WHERE user_id = 'decay'$$,
-    '428C9', NULL, 'search cannot be written');
+SELECT is(
+    (SELECT atthasdef FROM pg_attribute WHERE attrelid = 'prme.nodes'::regclass AND attname = 'search'),
+    false, '... with no default either: add_node computes it');
 SELECT is(
     (SELECT search FROM prme.nodes WHERE id = 'dddddddd-0000-4000-8000-000000000001'),
-    array_to_tsvector(prme._owner_lexemes('decay', 'p')), 'search is generated from user_id and content');
+    array_to_tsvector(prme._owner_lexemes('decay', 'p')), 'search holds the owner lexemes of user_id and content');
 SELECT is(
     prme._owner_lexemes('alice', 'The editor prefers tab-separated files!'),
     (SELECT array_agg(left(encode(sha256('alice'::bytea), 'hex'), 16) || '/' || u.l ORDER BY u.o)
@@ -153,7 +155,7 @@ SELECT is(
 SELECT is(
     (SELECT search FROM prme.nodes WHERE user_id = 'searcher'),
     array_to_tsvector(prme._owner_lexemes('searcher', 'Added through the API: named columns, search generated')),
-    '... and its search vector is generated');
+    '... and computes its search vector');
 
 -- -----------------------------------------------------------------------------
 -- 3. The corpus

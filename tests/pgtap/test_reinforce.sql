@@ -184,11 +184,14 @@ SELECT results_eq(
     'reinforce with evidence and key K1: counts, version 2, evidence appended');
 
 SELECT results_eq(
-    $$SELECT operation, node_id, evidence_id, node_version FROM prme.request_keys
+    $$SELECT op, node_id, evidence_id, node_version, key_namespace FROM prme.journal
+      WHERE user_id = 'alice' AND request_id = 'cccccccc-0000-4000-8000-000000000001'
+      UNION ALL
+      SELECT operation, node_id, evidence_id, node_version, namespace FROM prme.request_keys
       WHERE user_id = 'alice' AND request_id = 'cccccccc-0000-4000-8000-000000000001'$$,
     $$VALUES ('reinforce', 'aaaaaaaa-0000-4000-8000-000000000001'::uuid,
-              'eeeeeeee-0000-4000-8000-0000000000a1'::uuid, 2::bigint)$$,
-    'the key is recorded, bound to operation, node, evidence and the journal record it wrote');
+              'eeeeeeee-0000-4000-8000-0000000000a1'::uuid, 2::bigint, 'default')$$,
+    'the key is the journal record it wrote (operation, node, evidence, namespace), with no key row of its own');
 
 SELECT results_eq(
     $$SELECT op, request_id, evidence_id FROM prme.journal
@@ -315,7 +318,7 @@ SELECT results_eq(
     $$VALUES (false, 2::bigint)$$,
     'bob uses the request_id alice used for K1: an independent key that counts');
 SELECT results_eq(
-    $$SELECT user_id, node_id FROM prme.request_keys
+    $$SELECT user_id, node_id FROM prme.journal
       WHERE request_id = 'cccccccc-0000-4000-8000-000000000001' ORDER BY user_id$$,
     $$VALUES ('alice', 'aaaaaaaa-0000-4000-8000-000000000001'::uuid), ('bob', 'bbbbbbbb-0000-4000-8000-000000000001'::uuid)$$,
     'two keys with one UUID, one per owner; alice''s binding untouched');

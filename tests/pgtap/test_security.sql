@@ -395,9 +395,9 @@ SELECT set_has(
     $$SELECT conrelid::regclass::text, contype::text FROM pg_constraint
       WHERE connamespace = 'prme'::regnamespace AND contype IN ('p', 'u', 'f')
         AND conrelid <> 'prme.schema_migrations'::regclass$$,
-    $$VALUES ('prme.nodes', 'p'), ('prme.events', 'p'), ('prme.journal', 'p'), ('prme.journal', 'f'),
+    $$VALUES ('prme.nodes', 'p'), ('prme.events', 'p'), ('prme.journal', 'p'),
              ('prme.request_keys', 'p'), ('prme.request_keys', 'f')$$,
-    'the key checks below see the core keys: four primary keys and two foreign keys');
+    'the key checks below see the core keys: four primary keys and a foreign key');
 SELECT is_empty(
     $$SELECT k.conrelid::regclass, k.conname FROM pg_constraint AS k
       WHERE k.connamespace = 'prme'::regnamespace AND k.contype IN ('p', 'u', 'f')

@@ -117,7 +117,7 @@ REFERENCES: dict[str, tuple[str, str]] = {
     "candidate_node_ids": ("nodes", "id"),
     "evidence_id": ("events", "id"),
     "event_id": ("events", "id"),
-    "request_id": ("request_keys", "request_id"),
+    "request_id": ("journal", "request_id"),
     "token_sha256": ("api_tokens", "token_sha256"),
     "patch_id": ("maintenance_patches", "id"),
     "operation_id": ("operations", "operation_id"),
@@ -166,9 +166,10 @@ def objects_of(conn: psycopg.Connection[Any], owner: str) -> dict[str, list[Any]
     found: dict[str, list[Any]] = {}
     for name, (table, column) in REFERENCES.items():
         if table in existing:
-            query = sql.SQL("SELECT DISTINCT {} FROM prme.{} WHERE user_id = %s ORDER BY 1").format(
-                sql.Identifier(column), sql.Identifier(table)
-            )
+            # IS NOT NULL: a journal record without a key names no key.
+            query = sql.SQL(
+                "SELECT DISTINCT {0} FROM prme.{1} WHERE user_id = %s AND {0} IS NOT NULL ORDER BY 1"
+            ).format(sql.Identifier(column), sql.Identifier(table))
             found[name] = [row[0] for row in conn.execute(query, [owner])]
     return found
 

@@ -108,6 +108,8 @@ def owners_db(module_db: str) -> Iterator[tuple[psycopg.Connection[Any], dict[st
         event = add_event(conn, "alice", f"{SECRET}: alice said so")
         active = add_node(conn, "alice", f"{SECRET}: prefers tea")
         reinforce(conn, active["id"], "alice", event["id"], uuid.uuid4())
+        # A confirmation writes no outcome row (its journal record is the outcome): one of its own.
+        conn.execute("SELECT prme.record_outcome('alice', %s, 'implicit_success')", [active["id"]])
         archived = add_node(conn, "alice", f"{SECRET}: lived in Lyon")
         conn.execute("SELECT prme.archive_node('alice', %s)", [archived["id"]])
         token = hashlib.sha256(b"alice's bearer token").hexdigest()
@@ -217,7 +219,10 @@ def test_prme_app_cannot_touch_any_table(
     refused = 0
     for table in tables:
         first = conn.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum = 1", [f"prme.{table}"]
+            # The first live column (a migration may have dropped the first one).
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
+            " ORDER BY attnum LIMIT 1",
+            [f"prme.{table}"],
         ).fetchone()[0]
         target = sql.SQL("prme.{}").format(sql.Identifier(table))
         column = sql.Identifier(first)

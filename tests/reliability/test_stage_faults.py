@@ -4,15 +4,15 @@ A backend running reinforce is terminated (pg_terminate_backend, from another
 connection) at each stage of the call, held there by a real lock of another session:
 
 * ``row_lock``: waiting for the node's row lock (a superuser holds SELECT ... FOR UPDATE);
-* ``key_claim``: the row locked, waiting to claim its request key (another transaction
-  has an uncommitted INSERT of the same request_keys primary key, made with
-  session_replication_role = replica so no foreign-key check stops it);
+* ``key_claim``: the row locked and updated, waiting to claim its request key with its
+  journal record (another transaction has an uncommitted journal record of another node
+  carrying the same key: the unique index journal_request_key makes the call wait);
 * ``journal_insert``: the node row already UPDATEd, waiting to insert its journal record
   (another transaction has an uncommitted INSERT of the same journal primary key, made
   with session_replication_role = replica so its foreign-key check takes no row lock);
 
-Where in reinforce the key is claimed (before the update, or after the journal record as
-now) does not matter to these tests: each blocker conflicts with exactly one statement.
+The key is claimed by the journal record itself (no key row): each blocker conflicts with
+exactly one statement.
 * ``before_commit``: the whole call done inside an explicit transaction, not committed.
 
 Each time the stage is proven from pg_locks (which relation locks the victim holds, and
@@ -112,15 +112,16 @@ def test_terminated_backend_leaves_nothing_and_retry_counts_once(
             running = Background(call)
             _expect_stage(superuser, pid, blocker.info.backend_pid, {"nodes_row_lock"}, {"nodes", "journal"})
         elif stage == "key_claim":
-            # replica: no foreign-key check (the key names a journal record that does not exist).
+            # A record of another node carrying the key, not committed: the victim's record waits on it.
             blocker.execute("SET LOCAL session_replication_role = replica")
             blocker.execute(
-                "INSERT INTO prme.request_keys (user_id, namespace, request_id, operation, node_id, evidence_id, "
-                "node_version, created_at) VALUES ('alice', 'default', %s, 'reinforce', %s, %s, %s, now())",
-                [request_id, node_id, event_id, version + 1],
+                "INSERT INTO prme.journal (user_id, node_id, node_version, record_version, op, operation_id, "
+                "request_id, record, checksum, recorded_at, key_namespace) "
+                "VALUES ('alice', %s, 1, 2, 'blocker', %s, %s, '{}', %s, now(), 'default')",
+                [uuid.uuid4(), uuid.uuid4(), request_id, "0" * 64],
             )
             running = Background(call)
-            _expect_stage(superuser, pid, blocker.info.backend_pid, {"nodes_row_lock", "request_keys"}, set())
+            _expect_stage(superuser, pid, blocker.info.backend_pid, {"nodes_row_lock", "nodes", "journal"}, set())
         elif stage == "journal_insert":
             blocker.execute("SET LOCAL session_replication_role = replica")
             blocker.execute(
@@ -135,11 +136,9 @@ def test_terminated_backend_leaves_nothing_and_retry_counts_once(
             row = call()  # the call completes inside the victim's open transaction
             assert row["version"] == version + 1 and not row["replayed"]
             running = None
-            _expect_stage(superuser, pid, None, {"request_keys", "nodes", "journal"}, set())
+            _expect_stage(superuser, pid, None, {"nodes", "journal"}, {"request_keys"})
             assert (
-                superuser.execute(
-                    "SELECT count(*) FROM prme.request_keys WHERE request_id = %s", [request_id]
-                ).fetchone()[0]
+                superuser.execute("SELECT count(*) FROM prme.journal WHERE request_id = %s", [request_id]).fetchone()[0]
                 == 0
             )
 
@@ -167,7 +166,7 @@ def test_terminated_backend_leaves_nothing_and_retry_counts_once(
     assert (again["version"], again["replayed"]) == (version + 1, True)
     assert snapshot(superuser) == applied, "a replay wrote something"
     diff = snapshot_diff(before, applied)
-    assert core_shape(diff) == {"nodes": (1, 1), "journal": (0, 1), "request_keys": (0, 1)}
+    assert core_shape(diff) == {"nodes": (1, 1), "journal": (0, 1)}  # the record carries the key
     assert superuser.execute("SELECT count(*) FROM prme.journal WHERE request_id = %s", [request_id]).fetchone()[0] == 1
     assert journal_problems(superuser) == []
     _, records, bad = replay_all(superuser)
@@ -208,7 +207,7 @@ def test_response_lost_after_commit_retry_is_a_replay(
 
     # The client saw an error, yet the call committed: its key is there, counted once.
     assert superuser.execute(
-        "SELECT node_version FROM prme.request_keys WHERE request_id = %s", [request_id]
+        "SELECT node_version FROM prme.journal WHERE request_id = %s", [request_id]
     ).fetchall() == [(version + 1,)]
     committed = snapshot(superuser)
     retry = reinforce(superuser, node_id, "alice", event_id, request_id)
@@ -216,7 +215,7 @@ def test_response_lost_after_commit_retry_is_a_replay(
     assert retry["version"] == version + 1
     assert retry["evidence_refs"].count(event_id) == 1
     assert snapshot(superuser) == committed, "the replay wrote something"
-    assert core_shape(snapshot_diff(before, committed)) == {"nodes": (1, 1), "journal": (0, 1), "request_keys": (0, 1)}
+    assert core_shape(snapshot_diff(before, committed)) == {"nodes": (1, 1), "journal": (0, 1)}
     assert journal_problems(superuser) == []
     assert replay_all(superuser)[2] == []
     figures("2 stage faults", responses_lost_after_commit=1, retries_replayed=1)
@@ -253,9 +252,7 @@ def test_request_cut_in_flight_counts_exactly_once(
                 what="the cut backend to exit",
             )
             was_committed = (
-                superuser.execute(
-                    "SELECT count(*) FROM prme.request_keys WHERE request_id = %s", [request_id]
-                ).fetchone()[0]
+                superuser.execute("SELECT count(*) FROM prme.journal WHERE request_id = %s", [request_id]).fetchone()[0]
                 == 1
             )
             committed += was_committed
