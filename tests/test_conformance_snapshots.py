@@ -78,8 +78,13 @@ def test_same_memories_give_the_same_generation_on_both_engines(memory: MemoryCl
     expected = document(
         ALICE,
         "personal",
-        [(nid(1), "fact", specs[1][2]), (nid(2), "fact", specs[2][2]), (nid(3), "fact", specs[0][2])]
-        + [(nid(4), "fact", "a"), (nid(5), "fact", "b")],
+        [
+            (nid(1), "fact", specs[1][2]),
+            (nid(2), "fact", specs[2][2]),
+            (nid(3), "fact", specs[0][2]),
+            (nid(4), "fact", "a"),
+            (nid(5), "fact", "b"),
+        ],
     )
     result = memory.publish_snapshot("personal", user_id=ALICE)
     assert (result.generation_id, result.seq, result.previous_generation_id) == (sha(expected), 1, None)
