@@ -200,3 +200,44 @@ least(
         * prme.decay_factor(prme.decay_rate(decay_profile) / CAST(2.0 AS DOUBLE), age_days)
     )
 );
+
+-- Recall's words (sql/postgres/040_nodes.sql, prme._recall_words; docs/RECALL.md, "Words"):
+-- the same runs, stop words, length limit and plural endings, so both engines match and
+-- rank alike. The separators are PostgreSQL's class spelled for RE2.
+CREATE OR REPLACE MACRO prme.stop_words() AS [
+    'i', 'me', 'my', 'myself', 'we', 'our', 'ours', 'ourselves', 'you', 'your', 'yours', 'yourself',
+    'yourselves', 'he', 'him', 'his', 'himself', 'she', 'her', 'hers', 'herself', 'it', 'its', 'itself',
+    'they', 'them', 'their', 'theirs', 'themselves', 'what', 'which', 'who', 'whom', 'this', 'that', 'these',
+    'those', 'am', 'is', 'are', 'was', 'were', 'be', 'been', 'being', 'have', 'has', 'had',
+    'having', 'do', 'does', 'did', 'doing', 'a', 'an', 'the', 'and', 'but', 'if', 'or',
+    'because', 'as', 'until', 'while', 'of', 'at', 'by', 'for', 'with', 'about', 'against', 'between',
+    'into', 'through', 'during', 'before', 'after', 'above', 'below', 'to', 'from', 'up', 'down', 'in',
+    'out', 'on', 'off', 'over', 'under', 'again', 'further', 'then', 'once', 'here', 'there', 'when',
+    'where', 'why', 'how', 'all', 'any', 'both', 'each', 'few', 'more', 'most', 'other', 'some',
+    'such', 'no', 'nor', 'not', 'only', 'own', 'same', 'so', 'than', 'too', 'very', 's',
+    't', 'can', 'will', 'just', 'don', 'should', 'now'
+];
+
+CREATE OR REPLACE MACRO prme.recall_stem(token) AS
+CASE
+    WHEN length(token) < 4 THEN token
+    WHEN token LIKE '%ies' AND token NOT LIKE '%eies' AND token NOT LIKE '%aies'
+        THEN substr(token, 1, length(token) - 3) || 'y'
+    WHEN token LIKE '%es' AND token NOT LIKE '%aes' AND token NOT LIKE '%ees' AND token NOT LIKE '%oes'
+        THEN substr(token, 1, length(token) - 1)
+    WHEN token LIKE '%s' AND token NOT LIKE '%us' AND token NOT LIKE '%ss'
+        THEN substr(token, 1, length(token) - 1)
+    ELSE token
+END;
+
+CREATE OR REPLACE MACRO prme.recall_words(content) AS
+list_sort(list_distinct(list_transform(
+    list_filter(
+        regexp_split_to_array(
+            translate(content, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'),
+            '[\x01-\x2f\x3a-\x40\x5b-\x60\x7b-\x{bf}\x{d7}\x{f7}\x{2000}-\x{206f}\x{3000}-\x{303f}\x{feff}]+'
+        ),
+        lambda t: t <> '' AND length(t) <= 100 AND NOT list_contains(prme.stop_words(), t)
+    ),
+    lambda t: prme.recall_stem(t)
+)));
