@@ -44,28 +44,29 @@ RETURNS text[]
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
-RETURN ARRAY(
-    SELECT s.word
+RETURN (
+    SELECT coalesce(array_agg(s.word ORDER BY convert_to(s.word, 'UTF8')), '{}')
     FROM (
-        SELECT CASE
-            WHEN length(t.token) < 4 THEN t.token
-            WHEN t.token LIKE '%ies' AND t.token NOT LIKE '%eies' AND t.token NOT LIKE '%aies'
-                THEN substr(t.token, 1, length(t.token) - 3) || 'y'
-            WHEN t.token LIKE '%es' AND t.token NOT LIKE '%aes' AND t.token NOT LIKE '%ees'
-                AND t.token NOT LIKE '%oes'
-                THEN substr(t.token, 1, length(t.token) - 1)
-            WHEN t.token LIKE '%s' AND t.token NOT LIKE '%us' AND t.token NOT LIKE '%ss'
-                THEN substr(t.token, 1, length(t.token) - 1)
-            ELSE t.token
-        END AS word
-        FROM regexp_split_to_table(
-            translate(content, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'),
-            '[\x01-\x2f\x3a-\x40\x5b-\x60\x7b-\xbf\xd7\xf7\u2000-\u206f\u3000-\u303f\ufeff]+'
-        ) AS t (token)
-        WHERE t.token <> '' AND length(t.token) <= 100 AND t.token <> ALL (prme._stop_words())
+        SELECT DISTINCT
+            CASE
+                WHEN length(t.token) < 4 THEN t.token
+                WHEN t.token LIKE '%ies' AND t.token NOT LIKE '%eies' AND t.token NOT LIKE '%aies'
+                    THEN substr(t.token, 1, length(t.token) - 3) || 'y'
+                WHEN
+                    t.token LIKE '%es' AND t.token NOT LIKE '%aes' AND t.token NOT LIKE '%ees'
+                    AND t.token NOT LIKE '%oes'
+                    THEN substr(t.token, 1, length(t.token) - 1)
+                WHEN t.token LIKE '%s' AND t.token NOT LIKE '%us' AND t.token NOT LIKE '%ss'
+                    THEN substr(t.token, 1, length(t.token) - 1)
+                ELSE t.token
+            END AS word
+        FROM
+            regexp_split_to_table(
+                translate(content, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'),  -- noqa: RF03
+                '[\x01-\x2f\x3a-\x40\x5b-\x60\x7b-\xbf\xd7\xf7\u2000-\u206f\u3000-\u303f\ufeff]+'
+            ) AS t (token)
+        WHERE t.token <> '' AND length(t.token) <= 100 AND array_position(prme._stop_words(), t.token) IS NULL
     ) AS s
-    GROUP BY s.word
-    ORDER BY s.word COLLATE "C"
 );
 
 COMMENT ON FUNCTION prme._recall_words(text) IS
@@ -81,10 +82,9 @@ RETURNS text[]
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
-RETURN ARRAY(
-    SELECT substr(encode(sha256(convert_to(user_id, 'UTF8')), 'hex'), 1, 16) || '/' || w.word
+RETURN (
+    SELECT coalesce(array_agg(substr(encode(sha256(convert_to(user_id, 'UTF8')), 'hex'), 1, 16) || '/' || w.word ORDER BY w.n), '{}')
     FROM unnest(prme._recall_words(content)) WITH ORDINALITY AS w (word, n)
-    ORDER BY w.n
 );
 
 COMMENT ON FUNCTION prme._owner_lexemes(text, text) IS
