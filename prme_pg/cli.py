@@ -1244,6 +1244,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
     add_dsn(recall)
+    recall.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
     recall.add_argument("query", help="words to look for (blank: rank every memory by strength)")
     _add_user(recall)
     recall.add_argument("--scope", action="append", help="only this scope (repeatable; default all)")

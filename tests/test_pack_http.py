@@ -132,7 +132,7 @@ def test_confirmations_over_a_pack_count_once_per_key_and_owners_are_isolated(pa
         assert alice.get(f"/v1/nodes/{node_id}").json()["version"] == 2
 
 
-def test_snapshots_and_prompts_over_a_pack(pack_api: PackApi) -> None:
+def test_recall_snapshots_and_prompts_over_a_pack(pack_api: PackApi) -> None:
     with pack_api.client(pack_api.alice) as alice:
         alice.post("/v1/nodes", json={"content": "prefers tabs", "scope": "personal", "salience_base": 0.9})
         published = alice.post("/v1/snapshots/personal", json={})
@@ -144,6 +144,9 @@ def test_snapshots_and_prompts_over_a_pack(pack_api: PackApi) -> None:
         prompt = alice.get("/v1/prompt", params={"scope": ["personal"], "budget_bytes": 100})
         assert prompt.json()["prompt"] == "[personal]\n- prefers tabs\n"
         _problem(alice.get("/v1/snapshots/work"), 404, "PR404")
+        recalled = alice.get("/v1/recall", params={"q": "tabs"})
+        assert recalled.status_code == 200, recalled.text
+        assert [hit["content"] for hit in recalled.json()["hits"]] == ["prefers tabs"]
 
 
 def test_what_a_pack_lacks_is_501_not_a_500(pack_api: PackApi) -> None:

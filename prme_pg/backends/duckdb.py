@@ -46,6 +46,7 @@ from ..models import (
     Node,
     NodeHead,
     PublishResult,
+    RecallHit,
     ReplayResult,
     Snapshot,
 )
@@ -529,6 +530,7 @@ class DuckDBBackend:
                 )
 
         self.run(install)
+        self.run(_index_recall_words)
 
     def close(self) -> None:
         with self.lock:
@@ -628,9 +630,11 @@ class DuckDBBackend:
                 return self.get_snapshot(request)
             case AssemblePrompt():
                 return self.assemble_prompt(request)
-            case Recall() | FindNodes():
+            case Recall():
+                return self.recall(request)
+            case FindNodes():
                 raise NotOnPack(
-                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no full-text recall "
+                    "FindNodes needs PostgreSQL: a memory pack has no review search yet "
                     "(open the client with a postgresql:// DSN)"
                 )
             case (
@@ -699,6 +703,9 @@ class DuckDBBackend:
             state, record, checksum = entry
             if con.execute(INSERT_NODE, {**state, "last_checksum": checksum}).fetchone() is None:
                 raise IdempotencyConflict("a node with this node_id already exists")
+            con.execute(
+                INSERT_WORDS, {"user_id": state["user_id"], "node_id": state["id"], "content": state["content"]}
+            )
             self._append(con, state, "create", operation_id, record, checksum, prev_checksum=None)
             return _node(state)
 
@@ -983,6 +990,42 @@ class DuckDBBackend:
 
         return self.run(work)
 
+    # -- recall (sql/postgres/310_recall.sql) --
+
+    def recall(self, request: Recall) -> list[RecallHit]:
+        user_id = valid_user_id(request.user_id)
+        scopes = None if request.scopes is None else list(_valid_scopes(request.scopes))
+        as_of = valid_timestamp("as_of", request.as_of)
+        if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 1000:
+            raise InvalidInput("max_count must be between 1 and 1000")
+        query = request.query
+        if query is not None:
+            size = len(_no_nul("query", query).encode("utf-8"))
+            if size > _MAX_TEXT_BYTES:
+                raise InvalidInput("query must be at most 65536 bytes")
+        blank = query is None or query.strip(" \t\n\r\f\v") == ""
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[RecallHit]:
+            params: dict[str, Any] = {
+                "user_id": user_id,
+                "scopes": scopes,
+                "as_of": as_of or self._clock(),
+                "max_count": request.max_count,
+            }
+            if blank:
+                rows = con.execute(RECALL_ALL, params).fetchall()
+            else:
+                found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
+                words = found[0] if found is not None else []
+                if len(words) > 1024:
+                    raise InvalidInput("query must have at most 1024 distinct search terms")
+                if not words:
+                    return []  # only stop words and punctuation: nothing can match
+                rows = con.execute(RECALL_WORDS, {**params, "words": words, "word_count": len(words)}).fetchall()
+            return [_recall_hit(row) for row in rows]
+
+        return self.run(work)
+
     # -- API tokens (sql/postgres/140_api_tokens.sql) --
 
     def create_api_token(self, request: CreateApiToken) -> datetime:
@@ -1115,6 +1158,116 @@ def _valid_max_count(max_count: int) -> int:
     if not isinstance(max_count, int) or not 1 <= max_count <= 10000:
         raise InvalidInput("max_count must be between 1 and 10000")
     return max_count
+
+
+# -- recall: statements and rows (sql/postgres/310_recall.sql) -----------------------
+
+INSERT_WORDS = "INSERT INTO prme.node_words SELECT $user_id, $node_id, unnest(prme.recall_words($content))"
+
+
+def _index_recall_words(con: duckdb.DuckDBPyConnection) -> None:
+    """Index the recall words of every memory of a pack written before prme.node_words existed
+    (or by another version of the words): once, when the pack is opened."""
+    row = con.execute("SELECT value FROM prme.pack_info WHERE key = 'recall_words'").fetchone()
+    if row is not None and row[0] == RECALL_WORDS_VERSION:
+        return
+    con.execute("DELETE FROM prme.node_words")
+    con.execute("INSERT INTO prme.node_words SELECT user_id, id, unnest(prme.recall_words(content)) FROM prme.nodes")
+    con.execute("INSERT OR REPLACE INTO prme.pack_info VALUES ('recall_words', $v)", {"v": RECALL_WORDS_VERSION})
+
+
+#: The version of prme.recall_words the pack's node_words were built with.
+RECALL_WORDS_VERSION = "1"
+
+# Each memory that may be recalled, with its virtual decay at $as_of (prme.recall's inner level).
+_RECALL_CANDIDATES = """
+SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
+    n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
+    n.created_at, n.updated_at, n.version, {relevance} AS relevance,
+    prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
+        AS effective_salience,
+    prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
+FROM (
+    SELECT n.*, prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
+    FROM prme.nodes AS n
+    WHERE n.user_id = $user_id
+      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
+) AS n
+{join}
+"""
+# score = relevance * (0.5 + 0.25 salience + 0.25 confidence), best first, ties by id.
+_RECALL = """
+SELECT CAST(row_number() OVER (ORDER BY r.score DESC, r.id) AS INTEGER), r.score, r.relevance,
+    r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
+    r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
+    r.last_reinforced_at, r.created_at, r.updated_at, r.version
+FROM (
+    SELECT d.*, d.relevance * (CAST(0.5 AS DOUBLE) + CAST(0.25 AS DOUBLE) * d.effective_salience
+        + CAST(0.25 AS DOUBLE) * d.effective_confidence) AS score
+    FROM ({candidates}) AS d
+    ORDER BY score DESC, d.id
+    LIMIT $max_count
+) AS r
+ORDER BY r.score DESC, r.id
+"""
+RECALL_ALL = _RECALL.format(candidates=_RECALL_CANDIDATES.format(relevance="CAST(1.0 AS DOUBLE)", join=""))
+# The share of the query's words a memory has: its matching rows in node_words.
+RECALL_WORDS = _RECALL.format(
+    candidates=_RECALL_CANDIDATES.format(
+        relevance="CAST(m.shared AS DOUBLE) / CAST($word_count AS DOUBLE)",
+        join=(
+            "JOIN (SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w "
+            "WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) "
+            "GROUP BY w.node_id) AS m ON m.node_id = n.id"
+        ),
+    )
+)
+
+
+def _recall_hit(row: Sequence[Any]) -> RecallHit:
+    (
+        rank,
+        score,
+        relevance,
+        salience,
+        confidence,
+        id_,
+        namespace,
+        scope,
+        kind,
+        content,
+        state,
+        decay,
+        confidence_base,
+        salience_base,
+        boost,
+        last,
+        created,
+        updated,
+        version,
+    ) = row
+    return RecallHit(
+        rank=rank,
+        score=score,
+        relevance=relevance,
+        effective_salience=salience,
+        effective_confidence=confidence,
+        id=id_,
+        namespace=namespace,
+        scope=scope,
+        kind=kind,
+        content=content,
+        lifecycle_state=state,
+        decay_profile=decay,
+        confidence_base=confidence_base,
+        salience_base=salience_base,
+        reinforcement_boost=boost,
+        last_reinforced_at=_utc(last),
+        created_at=cast(datetime, _utc(created)),
+        updated_at=cast(datetime, _utc(updated)),
+        version=version,
+    )
 
 
 # -- API tokens, snapshots and prompts: statements and rules -------------------------

@@ -134,3 +134,13 @@ CREATE TABLE IF NOT EXISTS prme.snapshot_history (
     CHECK (generation_id IS DISTINCT FROM previous_generation_id),
     CHECK ((seq = 1) = (previous_generation_id IS NULL))
 );
+
+-- Recall's words of each memory (prme.recall_words of its content, 020_rules.sql), one row
+-- per word: the pack's inverted index, what nodes.search is on PostgreSQL. Written with the
+-- node, never changed (content never changes); derived, so not part of a node's state.
+-- A pack written before this table existed is indexed when first opened.
+CREATE TABLE IF NOT EXISTS prme.node_words (
+    user_id VARCHAR NOT NULL,
+    node_id UUID NOT NULL,
+    word VARCHAR NOT NULL
+);
