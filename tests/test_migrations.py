@@ -329,7 +329,8 @@ def test_upgrading_to_recall_words_recomputes_search_and_loses_nothing(pg_server
             migrations.migrate(conn, [m for m in every if m.version <= target])
             assert without_search() == before
             stale = conn.execute(
-                "SELECT count(*) FROM prme.nodes WHERE search <> array_to_tsvector(prme._owner_lexemes(user_id, content))"
+                "SELECT count(*) FROM prme.nodes"
+                " WHERE search <> array_to_tsvector(prme._owner_lexemes(user_id, content))"
             ).fetchone()
             assert stale == (0,)
             key = conn.execute("SELECT left(encode(sha256('alice'::bytea), 'hex'), 16)").fetchone()[0]
