@@ -332,10 +332,20 @@ def pack_recall(calls: int) -> list[RecallTiming]:
             for _ in range(RECALL_MEMORIES)
         ]
         with duckdb.connect(str(pack / PACK_FILE)) as con:
-            con.executemany(
+            # One statement over parallel lists (executemany would plan 10,000 inserts).
+            columns = list(zip(*rows, strict=True))
+            con.execute(
                 "INSERT INTO prme.nodes (id, user_id, content, salience_base, confidence_base, decay_profile, "
-                "created_at, updated_at, version, last_checksum) VALUES (?, 'bench', ?, ?, 0.5, ?, ?, ?, 1, ?)",
-                [(i, c, s, d, t, t, "0" * 64) for i, c, s, d, t in rows],
+                "created_at, updated_at, version, last_checksum) "
+                "SELECT unnest($ids), 'bench', unnest($contents), unnest($saliences), 0.5, unnest($profiles), "
+                "unnest($times), unnest($times), 1, repeat('0', 64)",
+                {
+                    "ids": list(columns[0]),
+                    "contents": list(columns[1]),
+                    "saliences": [float(v) for v in columns[2]],
+                    "profiles": list(columns[3]),
+                    "times": list(columns[4]),
+                },
             )
             con.execute("DELETE FROM prme.pack_info WHERE key = 'recall_words'")
         results = []
