@@ -224,3 +224,20 @@ def test_both_engines_recall_a_random_corpus_identically(db_dsn: str, tmp_path: 
                 assert strip == [
                     (h.rank, h.score, h.relevance, h.effective_salience, h.effective_confidence, h.id) for h in ours
                 ]
+
+
+def test_a_pack_written_before_the_word_index_is_indexed_when_opened(tmp_path: Path) -> None:
+    pack = tmp_path / "memories"
+    with MemoryClient(pack) as memory:
+        node = memory.add_node("Prefers tabs over spaces", user_id=ALICE)
+    # As a pack of an earlier prme-pg: no word rows, no version of the words.
+    with duckdb.connect(str(pack / "pack.duckdb")) as con:
+        con.execute("DELETE FROM prme.node_words")
+        con.execute("DELETE FROM prme.pack_info WHERE key = 'recall_words'")
+    with MemoryClient(pack) as memory:
+        assert [h.id for h in memory.recall("tab", user_id=ALICE)] == [node.id]
+    with duckdb.connect(str(pack / "pack.duckdb")) as con:
+        words = con.execute("SELECT list(word ORDER BY word) FROM prme.node_words").fetchone()
+        version = con.execute("SELECT value FROM prme.pack_info WHERE key = 'recall_words'").fetchone()
+    assert words == (["prefer", "space", "tab"],)
+    assert version == ("1",)
