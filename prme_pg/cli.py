@@ -850,8 +850,6 @@ def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
     if args.transport == "stdio" and args.user is None:
         raise UsageError("stdio serves one owner: pass --user")
     if args.transport == "http":
-        if args.user is None and args.pack:
-            raise UsageError("a memory pack has no bearer tokens: pass --user to serve its owner over HTTP")
         if args.user is not None and not mcp_server.is_loopback(args.host):
             raise UsageError(
                 f"--user over HTTP serves that owner to anyone who reaches {args.host}: bind a loopback "
