@@ -135,7 +135,7 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
         hits = memory.recall("which editor mode?", user_id=DEMO_USER, max_count=3)
         found = next((hit for hit in hits if hit.id == node.id), None)
         out.print(
-            "6. Recalled the user's memories for \"which editor mode?\" (words matched, then strength "
+            '6. Recalled the user\'s memories for "which editor mode?" (words matched, then strength '
             "with virtual decay; docs/RECALL.md):"
         )
         for hit in hits:

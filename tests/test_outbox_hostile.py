@@ -50,7 +50,8 @@ FAULT = """
 
 @pytest.fixture
 def faulty_dsn(db_dsn: str) -> str:
-    """The clone, with submits of a payload whose kind is ``fault SQLSTATE`` failing with that SQLSTATE (or sleeping)."""
+    """The clone, with submits of a payload whose kind is ``fault SQLSTATE`` failing with that
+    SQLSTATE (or sleeping)."""
     return install_trigger(db_dsn, "prme.operations", FAULT)
 
 
