@@ -5,6 +5,7 @@ Run from the repository root:
     .venv/bin/python bench/client_bench.py            # ~2 minutes
     .venv/bin/python bench/client_bench.py --quick    # ~40 seconds
     .venv/bin/python bench/client_bench.py --json     # one JSON document instead of the table
+    .venv/bin/python bench/client_bench.py --recall-only   # pack recall alone (~20 seconds)
 
 Two comparisons, each measured side by side in one run:
 
@@ -20,6 +21,9 @@ Two comparisons, each measured side by side in one run:
   loop, dataclasses) against the very same statements (the constants of
   prme_pg.backends.duckdb) run by hand in one DuckDB transaction on a raw connection,
   with no Python in between. Target: >= 0.8 x.
+
+And pack recall (issue 18): ``MemoryClient.recall`` on a pack of 10,000 memories of one
+owner, median of single calls. Target: <= 20 ms.
 
 The server is a throwaway cluster from this machine's binaries (prme_pg.testing).
 Calls run single-threaded, in rounds that alternate client and raw, so load from
@@ -40,7 +44,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -335,6 +339,101 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+# -- pack recall (issue 18, item 3) ---------------------------------------------------
+
+RECALL_MEMORIES = 10_000
+RECALL_TARGET_MS = 20.0
+
+
+@dataclass
+class RecallTiming:
+    name: str
+    calls: int
+    median_ms: float
+    p95_ms: float
+    hits: float
+
+
+def pack_recall(calls: int) -> list[RecallTiming]:
+    """``MemoryClient.recall`` on a pack holding 10,000 memories of one owner (about 10 words each
+    from a 2,000-word vocabulary): the median of single calls, with and without a query. The
+    memories go in by SQL, and the client's first open indexes their recall words, as it does
+    for a pack written before the index existed."""
+    import random
+
+    rng = random.Random(18)
+    vocabulary = [f"w{n:04d}{rng.choice('abcdefgh')}" for n in range(2000)]
+    with tempfile.TemporaryDirectory(prefix="prme_recall_bench_") as tmp:
+        pack = Path(tmp) / "memories"
+        pack_sql.DuckDBBackend(pack).close()  # creates the pack
+        now = _now()
+        rows = [
+            (
+                uuid.UUID(int=rng.getrandbits(128)),
+                " ".join(rng.choice(vocabulary) for _ in range(rng.randint(6, 14))),
+                Decimal(rng.randint(0, 10000)) / 10000,
+                rng.choice(["slow", "medium", "fast"]),
+                now - timedelta(days=rng.uniform(0, 365)),
+            )
+            for _ in range(RECALL_MEMORIES)
+        ]
+        with duckdb.connect(str(pack / PACK_FILE)) as con:
+            # One statement over parallel lists (executemany would plan 10,000 inserts).
+            columns = list(zip(*rows, strict=True))
+            con.execute(
+                "INSERT INTO prme.nodes (id, user_id, content, salience_base, confidence_base, decay_profile, "
+                "created_at, updated_at, version, last_checksum) "
+                "SELECT unnest($ids), 'bench', unnest($contents), unnest($saliences), 0.5, unnest($profiles), "
+                "unnest($times), unnest($times), 1, repeat('0', 64)",
+                {
+                    "ids": list(columns[0]),
+                    "contents": list(columns[1]),
+                    "saliences": [float(v) for v in columns[2]],
+                    "profiles": list(columns[3]),
+                    "times": list(columns[4]),
+                },
+            )
+            con.execute("DELETE FROM prme.pack_info WHERE key = 'recall_words'")
+        results = []
+        with MemoryClient(pack) as memory:
+            for name, make_query in (
+                ("two words", lambda: " ".join(rng.sample(vocabulary, 2))),
+                ("five words", lambda: " ".join(rng.sample(vocabulary, 5))),
+                ("no query (strength only)", lambda: None),
+            ):
+                times, found = [], 0
+                memory.recall(make_query(), user_id=USER)  # warm up
+                for _ in range(calls):
+                    query = make_query()
+                    start = time.perf_counter()
+                    hits = memory.recall(query, user_id=USER, max_count=10)
+                    times.append((time.perf_counter() - start) * 1000)
+                    found += len(hits)
+                times.sort()
+                results.append(
+                    RecallTiming(name, calls, times[len(times) // 2], times[int(len(times) * 0.95)], found / calls)
+                )
+    return results
+
+
+def recall_report(results: list[RecallTiming], console: Console) -> None:
+    table = Table(title=f"Pack recall over {RECALL_MEMORIES:,} memories of one owner, max_count 10, one run")
+    for column in ("query", "calls", "median ms", "p95 ms", "hits/call", "target", ""):
+        table.add_column(column, justify="left" if column == "query" else "right")
+    for r in results:
+        ok = r.median_ms <= RECALL_TARGET_MS
+        table.add_row(
+            r.name,
+            str(r.calls),
+            f"{r.median_ms:.2f}",
+            f"{r.p95_ms:.2f}",
+            f"{r.hits:.1f}",
+            f"<= {RECALL_TARGET_MS:g}",
+            "[green]ok[/]" if ok else "[red]above[/]",
+        )
+    console.print(table)
+
+
 # -- report ----------------------------------------------------------------------------
 
 
@@ -371,11 +470,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="rounds per comparison (default 6, quick 2)")
     parser.add_argument("--seconds", type=float, help="seconds per side per round (default 3, quick 2)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    parser.add_argument("--recall-only", action="store_true", help="only the pack recall measurement")
+    parser.add_argument("--recall-calls", type=int, default=200, help="recall calls per query kind (default 200)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 6)
     seconds = args.seconds or (2.0 if args.quick else 3.0)
 
     console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 150)
+    with console.status(f"DuckDB: pack recall over {RECALL_MEMORIES:,} memories ..."):
+        recalls = pack_recall(args.recall_calls)
+    recall_ok = all(r.median_ms <= RECALL_TARGET_MS for r in recalls)
+    if args.recall_only:
+        if args.json:
+            print(json.dumps([asdict(r) for r in recalls], indent=2))
+        else:
+            recall_report(recalls, console)
+        return 0 if recall_ok else 1
     with console.status("PostgreSQL: client vs raw psycopg ..."):
         results = postgres_comparisons(rounds, seconds)
     with console.status("DuckDB: pack client vs the same statements by hand ..."):
@@ -392,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         report(results, console)
-    return 0 if all(r.ratio >= r.target for r in results) else 1
+        recall_report(recalls, console)
+    return 0 if recall_ok and all(r.ratio >= r.target for r in results) else 1
 
 
 if __name__ == "__main__":

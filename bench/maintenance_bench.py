@@ -266,7 +266,7 @@ def _install_previous(conn: psycopg.Connection[Any]) -> None:
     start = text.index("CREATE FUNCTION prme.maintenance_report(")
     body = text[start : text.index("$$;", start) + 3]
     body = body.replace("prme.maintenance_report(", "prme_bench.maintenance_report_0003(")
-    # It read confidence_base from the bookkeeping row, which no longer mirrors it (0012):
+    # It read confidence_base from the bookkeeping row, which no longer mirrors it (0014):
     # the same row with the memory's confidence (this data has no confirmations).
     body = body.replace(
         "prme.node_maintenance AS k",

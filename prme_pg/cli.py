@@ -264,10 +264,25 @@ def _reachable(args: argparse.Namespace) -> str:
     return dsn
 
 
+def _pack(args: argparse.Namespace) -> Path | None:
+    """The command's --pack folder, if it has that option and it was given. --pack and an
+    explicit --dsn conflict; a DSN from the environment gives way to --pack."""
+    pack = getattr(args, "pack", None)
+    if pack is None:
+        return None
+    if args.dsn and args.dsn != _default_dsn():
+        raise UsageError("pass --pack DIR or --dsn URL, not both")
+    return Path(pack)
+
+
 def _client(args: argparse.Namespace) -> MemoryClient:
-    """A one-connection client for a command, after the fail-fast check of :func:`_reachable`."""
+    """A one-connection client for a command, after the fail-fast check of :func:`_reachable`;
+    or, with --pack, a client of that memory pack."""
     from .client import MemoryClient
 
+    pack = _pack(args)
+    if pack is not None:
+        return MemoryClient(pack)  # a path is always a pack, never a DSN
     return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
 
@@ -346,7 +361,9 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:
-    dsn = _require_dsn(args)
+    pack = _pack(args)
+    if pack is None:
+        _require_dsn(args)
     try:
         import uvicorn
 
@@ -355,13 +372,22 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     except ImportError as exc:
         raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
     limits = _serve_limits(args)
-    _reachable(args)  # fail fast, in one line, before the server and its pool start
+    if pack is not None:
+        if args.metrics_port is not None:
+            raise UsageError("--metrics-port needs PostgreSQL (its metrics are the connection pool's and the ledger's)")
+        from .backends.duckdb import DuckDBBackend
+
+        DuckDBBackend(pack).close()  # fail fast, in one line: another process has it, or it is no pack
+        client = AsyncMemoryClient(pack)
+    else:
+        dsn = _reachable(args)  # fail fast, in one line, before the server and its pool start
+        client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
     console.print(
-        f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)",
+        f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)"
+        + (f" over the memory pack at {pack}" if pack is not None else ""),
         markup=False,
         highlight=False,
     )
-    client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
     if args.metrics_port is not None:
         return _serve_with_metrics(args, client, console, limits)
     app = create_app(client, limits=limits)
@@ -839,8 +865,6 @@ def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
     if args.transport == "stdio" and args.user is None:
         raise UsageError("stdio serves one owner: pass --user")
     if args.transport == "http":
-        if args.user is None and args.pack:
-            raise UsageError("a memory pack has no bearer tokens: pass --user to serve its owner over HTTP")
         if args.user is not None and not mcp_server.is_loopback(args.host):
             raise UsageError(
                 f"--user over HTTP serves that owner to anyone who reaches {args.host}: bind a loopback "
@@ -1258,6 +1282,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = add("serve", "Serve the HTTP API (needs the http extra).", cmd_serve)
     add_dsn(serve)
+    serve.add_argument("--pack", default=None, help="serve a memory pack folder instead of a database (default: none)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=_between(1, 65535), default=8080, help="TCP port to listen on")
     serve.add_argument("--pool-size", type=_between(1, 1000), default=10, help="database connections")
@@ -1301,6 +1326,7 @@ def build_parser() -> argparse.ArgumentParser:
     create = token_sub.add_parser("create", help="print a new token for one owner, once")
     create.set_defaults(handler=cmd_token_create)
     add_dsn(create)
+    create.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
     _add_user(create, help_text="the owner (user_id) the token acts for")
     create.add_argument("--label", default="", help="a note to recognise the token by (default: none)")
     _flag_names(create, label="--label")
@@ -1313,6 +1339,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     revoke.set_defaults(handler=cmd_token_revoke)
     add_dsn(revoke)
+    revoke.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
     revoke.add_argument("token", nargs="?", default=None, help=argparse.SUPPRESS)
     revoke.add_argument(
         "--token-file", default=None, metavar="FILE", help="read the token from FILE ('-': stdin; default: stdin)"
@@ -1343,6 +1370,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
     add_dsn(recall)
+    recall.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
     recall.add_argument("query", help="words to look for (blank: rank every memory by strength)")
     _add_user(recall)
     recall.add_argument("--scope", action="append", help="only this scope (repeatable; default all)")
@@ -1354,6 +1382,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish = snapshot_sub.add_parser("publish", help="publish the current generation of a scope")
     publish.set_defaults(handler=cmd_snapshot_publish)
     add_dsn(publish)
+    publish.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
     _add_user(publish)
     publish.add_argument("--scope", required=True, help="the scope to publish")
     publish.add_argument("--max-items", type=int, default=100, help="items at most (1..10000, default 100)")
@@ -1369,6 +1398,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = snapshot_sub.add_parser("show", help="show the current generation of a scope")
     show.set_defaults(handler=cmd_snapshot_show)
     add_dsn(show)
+    show.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
     _add_user(show)
     show.add_argument("--scope", required=True, help="the scope to show")
     _flag_names(show, scope="--scope")

@@ -14,6 +14,7 @@ __all__ = [
     "InvalidInput",
     "MigrationError",
     "NotFoundError",
+    "NotOnPack",
     "PrmeError",
 ]
 
@@ -56,6 +57,12 @@ class IntegrityError(PrmeError):
 
     sqlstate = "XX001"
     http_status = 500
+
+
+class NotOnPack(PrmeError):
+    """A server capability a memory pack does not have (the operations ledger, say): HTTP 501."""
+
+    http_status = 501
 
 
 class MigrationError(PrmeError):

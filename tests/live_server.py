@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import uvicorn
 
@@ -14,12 +15,13 @@ from prme_pg.http import Limits, create_app, uvicorn_options
 
 
 @contextmanager
-def serve(dsn: str, *, max_size: int = 4, limits: Limits | None = None) -> Iterator[str]:
-    """Serve prme_pg.http over the database at dsn, as prme-pg serve does (its limits and
-    protocol options); yield the base URL; stop on exit."""
+def serve(dsn: str | Path, *, max_size: int = 4, limits: Limits | None = None) -> Iterator[str]:
+    """Serve prme_pg.http over the database at dsn (or the memory pack at a Path), as
+    prme-pg serve does (its limits and protocol options); yield the base URL; stop on exit."""
     port = testing.free_port()
     limits = limits or Limits()
-    app = create_app(AsyncMemoryClient(dsn, max_size=max_size), limits=limits)
+    client = AsyncMemoryClient(dsn) if isinstance(dsn, Path) else AsyncMemoryClient(dsn, max_size=max_size)
+    app = create_app(client, limits=limits)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **uvicorn_options(limits))
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

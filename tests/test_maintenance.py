@@ -501,7 +501,7 @@ def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection
     conn.execute("CREATE SCHEMA first_release")
     # The same body under another name: its qualified references (maintenance_report.user_id)
     # still name the function, which is called maintenance_report in either schema.
-    # It read confidence_base from the bookkeeping row, which no longer mirrors it (0012): the
+    # It read confidence_base from the bookkeeping row, which no longer mirrors it (0014): the
     # same row with the memory's confidence. The data below has no confirmations, so the
     # bookkeeping's explicit_reinforcements are all of them.
     first = first.replace(

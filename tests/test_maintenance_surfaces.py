@@ -34,6 +34,7 @@ from prme_pg import (
     PrmeError,
     cli,
 )
+from prme_pg.errors import NotOnPack
 from tests.test_http import Api, _problem
 
 from .live_server import serve
@@ -201,7 +202,7 @@ def test_memory_packs_refuse_outcomes_and_maintenance(tmp_path: Path) -> None:
         for call in calls:
             with pytest.raises(PrmeError, match="needs PostgreSQL") as raised:
                 call()
-            assert type(raised.value) is PrmeError
+            assert type(raised.value) is NotOnPack
 
     async def run() -> None:
         async with AsyncMemoryClient(tmp_path / "pack2") as memory:
@@ -561,7 +562,7 @@ def test_memory_packs_refuse_corrections_reviews_and_settings(tmp_path: Path) ->
         for name, call in calls.items():
             with pytest.raises(PrmeError, match=f"{name} needs PostgreSQL") as raised:
                 call()
-            assert type(raised.value) is PrmeError
+            assert type(raised.value) is NotOnPack
 
 
 def test_http_corrections_and_inbox(api: Api) -> None:

@@ -314,7 +314,6 @@ def test_http_on_a_pack_for_one_owner(tmp_path: Path) -> None:
         (["mcp"], "pass --pack DIR (a memory pack) or --dsn URL"),
         (["mcp", "--pack", "x", "--dsn", "postgresql://h/db", "--user", "a"], "not both"),
         (["mcp", "--pack", "x"], "stdio serves one owner: pass --user"),
-        (["mcp", "--pack", "x", "--transport", "http"], "a memory pack has no bearer tokens"),
         (["mcp", "--pack", "x", "--user", "a", "--transport", "http", "--host", "192.0.2.10"], "bind a loopback"),
     ],
 )
@@ -335,3 +334,22 @@ def test_call_keys_are_uuid5_of_the_canonical_call() -> None:
     assert key != call_key("bob", "confirm", arguments) != call_key("alice", "confirm", {**arguments, "evidence": "y"})
     canonical = '{"arguments":{"evidence":"yes","evidence_id":null,"node_id":"6f1b0c3e-4b0c-4a2f-9f7e-1d2c3b4a5e6f"},'
     assert key == uuid.uuid5(MCP_NAMESPACE, canonical + '"tool":"confirm","user_id":"alice"}')
+
+
+def test_http_on_a_pack_with_the_packs_bearer_tokens(tmp_path: Path) -> None:
+    pack = tmp_path / "memories"
+    with MemoryClient(pack) as memory:
+        alice = memory.create_api_token("alice")
+    with _http_server("--pack", str(pack)) as url:
+        refused = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert refused.status_code == 401
+
+        async def scenario() -> dict[str, Any]:
+            async with _http(url, alice) as as_alice:
+                memory = await _remember_and_confirm(as_alice, user="alice")
+                hits = _ok(await as_alice.call_tool("recall", {"query": "tea"}))["hits"]
+                assert [hit["node_id"] for hit in hits] == [memory["node_id"]]
+                return memory
+
+        memory = anyio.run(scenario)
+    _confirmed_once(str(pack), memory["node_id"])

@@ -532,3 +532,51 @@ def test_upgrading_to_hot_path_loses_nothing(pg_server: testing.Server) -> None:
             assert conn.execute(summary, [CAROL_NODES[2]]).fetchone() == (2,)
     finally:
         testing.drop_database(pg_server, name)
+
+
+def test_upgrading_to_recall_words_recomputes_search_and_loses_nothing(pg_server: testing.Server) -> None:
+    """A database filled through the release before recall_words upgrades with every row
+    kept as it was but nodes.search, which now holds the recall words of each memory (so old
+    memories match as new ones do), and nothing journaled."""
+    every = migrations.load_migrations()
+    target = next(m.version for m in every if m.name == "recall_words")
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            migrations.migrate(conn, [m for m in every if m.version < target])
+            conn.execute(FILL_BEFORE.encode())
+            conn.execute("SELECT prme.add_node('alice', 'Classes of coffee: espresso-based drinks')")
+            old_words = "SELECT tsvector_to_array(search) FROM prme.nodes WHERE content LIKE 'Classes%'"
+            assert any(w.endswith("/espresso-bas") for w in conn.execute(old_words).fetchone()[0]), "english stems"
+
+            def without_search() -> dict[str, list[str]]:
+                rows = _rows(conn)
+                rows["nodes"] = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT (to_jsonb(n) - 'search')::text FROM prme.nodes AS n ORDER BY 1"
+                    ).fetchall()
+                ]
+                return rows
+
+            before = without_search()
+            migrations.migrate(conn, [m for m in every if m.version <= target])
+            assert without_search() == before
+            stale = conn.execute(
+                "SELECT count(*) FROM prme.nodes"
+                " WHERE search <> array_to_tsvector(prme._owner_lexemes(user_id, content))"
+            ).fetchone()
+            assert stale == (0,)
+            key = conn.execute("SELECT left(encode(sha256('alice'::bytea), 'hex'), 16)").fetchone()[0]
+            assert sorted(conn.execute(old_words).fetchone()[0]) == sorted(
+                f"{key}/{w}" for w in ("classe", "coffee", "drink", "espresso", "based")
+            )
+            hits = conn.execute("SELECT content FROM prme.recall('alice', 'coffee drinks')").fetchall()
+            assert [h[0] for h in hits] == [
+                "Classes of coffee: espresso-based drinks",
+                "alice prefers green tea over coffee",
+            ]
+            for owner in ("alice", "bob"):
+                assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+    finally:
+        testing.drop_database(pg_server, name)

@@ -29,6 +29,7 @@ from prme_pg import (
     Snapshot,
     cli,
 )
+from prme_pg.errors import NotOnPack
 from tests.test_http import Api, _problem
 
 from .live_server import serve
@@ -182,28 +183,31 @@ def test_async_client_matches_the_sync_client(db_dsn: str) -> None:
 # -- memory packs refuse clearly ------------------------------------------------------
 
 
-def test_memory_packs_refuse_recall_and_snapshots(tmp_path: Path) -> None:
+def test_memory_packs_recall_publish_and_prompt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with MemoryClient(tmp_path / "pack") as memory:
-        calls = [
-            lambda: memory.recall("x", user_id="alice"),
-            lambda: memory.publish_snapshot("personal", user_id="alice"),
-            lambda: memory.current_snapshot("personal", user_id="alice"),
-            lambda: memory.get_snapshot("personal", "a" * 64, user_id="alice"),
-            lambda: memory.assemble_prompt(["personal"], user_id="alice", budget_bytes=100),
-        ]
-        for call in calls:
-            with pytest.raises(PrmeError, match="needs PostgreSQL") as raised:
-                call()
-            assert type(raised.value) is PrmeError
+        memory.add_node("prefers tabs", user_id="alice")
+        assert [h.content for h in memory.recall("tabs", user_id="alice")] == ["prefers tabs"]
+        with pytest.raises(PrmeError, match="FindNodes needs PostgreSQL") as raised:
+            memory.find_nodes("tabs", user_id="alice")
+        assert type(raised.value) is NotOnPack
 
     async def run() -> None:
-        async with AsyncMemoryClient(tmp_path / "pack2") as memory:
-            with pytest.raises(PrmeError, match="Recall needs PostgreSQL"):
-                await memory.recall("x", user_id="alice")
-            with pytest.raises(PrmeError, match="PublishSnapshot needs PostgreSQL"):
-                await memory.publish_snapshot("personal", user_id="alice")
+        async with AsyncMemoryClient(tmp_path / "pack") as memory:
+            assert [h.rank for h in await memory.recall("tab", user_id="alice")] == [1]
+            published = await memory.publish_snapshot("personal", user_id="alice")
+            assert published.item_count == 1
+            prompt = await memory.assemble_prompt(["personal"], user_id="alice", budget_bytes=100)
+            assert prompt.prompt == "[personal]\n- prefers tabs\n"
 
     asyncio.run(run())
+    # The CLI's recall and snapshot commands take --pack too.
+    pack = str(tmp_path / "pack")
+    assert cli.main(["recall", "tabs", "--pack", pack, "--user", "alice", "--json"]) == 0
+    assert [h["content"] for h in json.loads(capsys.readouterr().out)["hits"]] == ["prefers tabs"]
+    assert cli.main(["snapshot", "publish", "--pack", pack, "--user", "alice", "--scope", "personal", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["advanced"] is False, "already current"
+    assert cli.main(["snapshot", "show", "--pack", pack, "--user", "alice", "--scope", "personal", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["document"]["items"][0]["content"] == "prefers tabs"
 
 
 # -- the CLI ------------------------------------------------------------------------

@@ -36,8 +36,20 @@ from typing import Any, TypeVar, cast
 
 import duckdb
 
-from ..errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
-from ..models import Event, JournalIssue, JournalRecord, Node, NodeHead, ReplayResult
+from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, NotOnPack, PrmeError
+from ..journal import canonical_json
+from ..models import (
+    AssembledPrompt,
+    Event,
+    JournalIssue,
+    JournalRecord,
+    Node,
+    NodeHead,
+    PublishResult,
+    RecallHit,
+    ReplayResult,
+    Snapshot,
+)
 from ..validation import require_utf8, valid_user_id
 from . import (
     AddEvent,
@@ -579,6 +591,7 @@ class DuckDBBackend:
                 )
 
         self.run(install)
+        self.run(_index_recall_words)
 
     def close(self) -> None:
         with self.lock:
@@ -661,14 +674,29 @@ class DuckDBBackend:
                 return self.node_journal(request)
             case ListNodeEvidence():
                 return self.node_evidence(request)
-            case AuthenticateApiToken() | CreateApiToken() | RevokeApiToken() | GetReadiness():
-                raise PrmeError(
-                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no API tokens or migrations"
-                )
-            case Recall() | FindNodes() | PublishSnapshot() | GetCurrentSnapshot() | GetSnapshot() | AssemblePrompt():
-                raise PrmeError(
-                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no full-text recall or "
-                    "snapshots (open the client with a postgresql:// DSN)"
+            case AuthenticateApiToken():
+                return self.authenticate_api_token(request)
+            case CreateApiToken():
+                return self.create_api_token(request)
+            case RevokeApiToken():
+                return self.revoke_api_token(request)
+            case GetReadiness():
+                # A pack has no migrations: it is ready once open (docs/DUCKDB.md).
+                return self.run(lambda con: (True, []))
+            case PublishSnapshot():
+                return self.publish_snapshot(request)
+            case GetCurrentSnapshot():
+                return self.current_snapshot(request)
+            case GetSnapshot():
+                return self.get_snapshot(request)
+            case AssemblePrompt():
+                return self.assemble_prompt(request)
+            case Recall():
+                return self.recall(request)
+            case FindNodes():
+                raise NotOnPack(
+                    "FindNodes needs PostgreSQL: a memory pack has no review search yet "
+                    "(open the client with a postgresql:// DSN)"
                 )
             case (
                 RecordOutcome()
@@ -687,12 +715,12 @@ class DuckDBBackend:
                 | SetMaintenanceSetting()
                 | ResetMaintenanceSettings()
             ):
-                raise PrmeError(
+                raise NotOnPack(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no outcomes or maintenance "
                     "(open the client with a postgresql:// DSN)"
                 )
             case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():
-                raise PrmeError(
+                raise NotOnPack(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no operations ledger "
                     "(open the client with a postgresql:// DSN)"
                 )
@@ -736,6 +764,9 @@ class DuckDBBackend:
             state, record, checksum = entry
             if con.execute(INSERT_NODE, {**state, "last_checksum": checksum}).fetchone() is None:
                 raise IdempotencyConflict("a node with this node_id already exists")
+            con.execute(
+                INSERT_WORDS, {"user_id": state["user_id"], "node_id": state["id"], "content": state["content"]}
+            )
             self._append(con, state, "create", operation_id, record, checksum, prev_checksum=None)
             return _node(state)
 
@@ -1011,11 +1042,472 @@ class DuckDBBackend:
 
         return self.run(work)
 
+    # -- recall (sql/postgres/310_recall.sql) --
+
+    def recall(self, request: Recall) -> list[RecallHit]:
+        user_id = valid_user_id(request.user_id)
+        scopes = None if request.scopes is None else list(_valid_scopes(request.scopes))
+        as_of = valid_timestamp("as_of", request.as_of)
+        if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 1000:
+            raise InvalidInput("max_count must be between 1 and 1000")
+        query = request.query
+        if query is not None:
+            size = len(_no_nul("query", query).encode("utf-8"))
+            if size > _MAX_TEXT_BYTES:
+                raise InvalidInput("query must be at most 65536 bytes")
+        blank = query is None or query.strip(" \t\n\r\f\v") == ""
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[RecallHit]:
+            params: dict[str, Any] = {
+                "user_id": user_id,
+                "scopes": scopes,
+                "as_of": as_of or self._clock(),
+                "max_count": request.max_count,
+            }
+            if blank:
+                rows = con.execute(RECALL_ALL, params).fetchall()
+            else:
+                found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
+                words = found[0] if found is not None else []
+                if len(words) > 1024:
+                    raise InvalidInput("query must have at most 1024 distinct search terms")
+                if not words:
+                    return []  # only stop words and punctuation: nothing can match
+                rows = con.execute(RECALL_WORDS, {**params, "words": words, "word_count": len(words)}).fetchall()
+            return [_recall_hit(row) for row in rows]
+
+        return self.run(work)
+
+    # -- API tokens (sql/postgres/140_api_tokens.sql) --
+
+    def create_api_token(self, request: CreateApiToken) -> datetime:
+        params = {
+            "user_id": valid_user_id(request.user_id),
+            "token_sha256": _valid_token_sha256(request.token_sha256),
+            "label": _valid_label(request.label),
+        }
+
+        def work(con: duckdb.DuckDBPyConnection) -> datetime:
+            row = con.execute(INSERT_BEARER_HASH, {**params, "created_at": self._clock()}).fetchone()
+            if row is None:
+                raise IdempotencyConflict("this token is already registered")
+            return cast(datetime, _utc(row[0]))
+
+        return self.run(work)
+
+    def revoke_api_token(self, request: RevokeApiToken) -> bool:
+        params = {
+            "user_id": valid_user_id(request.user_id),
+            "token_sha256": _valid_token_sha256(request.token_sha256),
+        }
+
+        def work(con: duckdb.DuckDBPyConnection) -> bool:
+            row = con.execute(REVOKE_BEARER_HASH, {**params, "now": self._clock()}).fetchone()
+            return row is not None and row[0] > 0
+
+        return self.run(work)
+
+    def authenticate_api_token(self, request: AuthenticateApiToken) -> bool:
+        # Malformed input is simply not a live token: authentication answers yes or no.
+        params = {"user_id": str(request.user_id), "token_sha256": str(request.token_sha256)}
+        return self.run(lambda con: con.execute(LIVE_BEARER_HASH, params).fetchone() is not None)
+
+    # -- snapshots (sql/postgres/320_snapshots.sql) and prompts (330_assemble_prompt.sql) --
+
+    def publish_snapshot(self, request: PublishSnapshot) -> PublishResult:
+        user_id = valid_user_id(request.user_id)
+        scope = valid_name("scope", request.scope)
+        if not isinstance(request.max_items, int) or not 1 <= request.max_items <= 10000:
+            raise InvalidInput("max_items must be between 1 and 10000")
+        if not isinstance(request.max_bytes, int) or not 1 <= request.max_bytes <= _MAX_DOCUMENT_BYTES:
+            raise InvalidInput("max_bytes must be between 1 and 16777216")
+        expected = request.expected_generation_id
+        if expected is not None and expected != "none" and not _SHA256_HEX.fullmatch(expected):
+            raise InvalidInput(
+                "expected_generation_id must be 64 lowercase hex digits, or 'none' for a scope never published"
+            )
+        head_text, tail_text = _snapshot_envelope(user_id, scope)
+        empty_bytes = _octets(head_text) + _octets(tail_text)
+        if empty_bytes > request.max_bytes:
+            raise InvalidInput("max_bytes is too small for even an empty generation of this scope")
+
+        def work(con: duckdb.DuckDBPyConnection) -> PublishResult:
+            now = self._clock()
+            head = con.execute(SNAPSHOT_HEAD, {"user_id": user_id, "scope": scope}).fetchone()
+            current, seq = (head[0], head[1]) if head is not None else (None, 0)
+            if expected is not None and (current or "none") != expected:
+                raise IdempotencyConflict("the current snapshot is not the expected generation")
+            items = _select_items(
+                con.execute(SNAPSHOT_CANDIDATES, {"user_id": user_id, "scope": scope, "now": now}),
+                budget=request.max_bytes - empty_bytes,
+                max_items=request.max_items,
+            )
+            document = head_text + ",".join(items) + tail_text
+            generation_id = hashlib.sha256(document.encode("utf-8")).hexdigest()
+            size = _octets(document)
+            if current == generation_id:
+                # The current generation already has exactly this content: nothing to write.
+                return PublishResult(generation_id, seq, current, len(items), size, advanced=False)
+            params = {"user_id": user_id, "scope": scope, "now": now}
+            con.execute(
+                INSERT_GENERATION,
+                {**params, "generation_id": generation_id, "document": document, "items": len(items), "size": size},
+            )
+            moved = con.execute(
+                ADVANCE_HEAD if head is not None else INSERT_HEAD,
+                {**params, "generation_id": generation_id, "seq": seq + 1},
+            ).fetchone()
+            if moved is None or moved[0] != 1:
+                raise _Retry  # another connection advanced the head since it was read
+            con.execute(
+                INSERT_HISTORY,
+                {**params, "seq": seq + 1, "generation_id": generation_id, "previous": current},
+            )
+            return PublishResult(generation_id, seq + 1, current, len(items), size, advanced=True)
+
+        return self.run(work)
+
+    def current_snapshot(self, request: GetCurrentSnapshot) -> Snapshot:
+        params = {"user_id": valid_user_id(request.user_id), "scope": valid_name("scope", request.scope)}
+
+        def work(con: duckdb.DuckDBPyConnection) -> Snapshot:
+            row = con.execute(CURRENT_SNAPSHOT, params).fetchone()
+            if row is None:
+                raise NotFoundError("no snapshot has been published for this scope")
+            return _snapshot(params["user_id"], params["scope"], row)
+
+        return self.run(work)
+
+    def get_snapshot(self, request: GetSnapshot) -> Snapshot:
+        params = {"user_id": valid_user_id(request.user_id), "scope": valid_name("scope", request.scope)}
+        if not isinstance(request.generation_id, str) or not _SHA256_HEX.fullmatch(request.generation_id):
+            raise InvalidInput("generation_id must be 64 lowercase hex digits")
+        params["generation_id"] = request.generation_id
+
+        def work(con: duckdb.DuckDBPyConnection) -> Snapshot:
+            row = con.execute(GET_SNAPSHOT, params).fetchone()
+            if row is None:
+                raise NotFoundError("snapshot generation not found")
+            return _snapshot(params["user_id"], params["scope"], row)
+
+        return self.run(work)
+
+    def assemble_prompt(self, request: AssemblePrompt) -> AssembledPrompt:
+        user_id = valid_user_id(request.user_id)
+        scopes = _valid_scopes(request.scopes)
+        budget = request.budget_bytes
+        if not isinstance(budget, int) or not 1 <= budget <= _MAX_DOCUMENT_BYTES:
+            raise InvalidInput("budget_bytes must be between 1 and 16777216")
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
+            # One statement reads every head and its generation, as prme.assemble_prompt does.
+            return con.execute(PROMPT_GENERATIONS, {"user_id": user_id, "scopes": list(scopes)}).fetchall()
+
+        return _lay_out_prompt(user_id, scopes, self.run(work), budget)
+
 
 def _valid_max_count(max_count: int) -> int:
     if not isinstance(max_count, int) or not 1 <= max_count <= 10000:
         raise InvalidInput("max_count must be between 1 and 10000")
     return max_count
+
+
+# -- recall: statements and rows (sql/postgres/310_recall.sql) -----------------------
+
+INSERT_WORDS = "INSERT INTO prme.node_words SELECT $user_id, $node_id, unnest(prme.recall_words($content))"
+
+
+def _index_recall_words(con: duckdb.DuckDBPyConnection) -> None:
+    """Index the recall words of every memory of a pack written before prme.node_words existed
+    (or by another version of the words): once, when the pack is opened."""
+    row = con.execute("SELECT value FROM prme.pack_info WHERE key = 'recall_words'").fetchone()
+    if row is not None and row[0] == RECALL_WORDS_VERSION:
+        return
+    con.execute("DELETE FROM prme.node_words")
+    con.execute("INSERT INTO prme.node_words SELECT user_id, id, unnest(prme.recall_words(content)) FROM prme.nodes")
+    con.execute("INSERT OR REPLACE INTO prme.pack_info VALUES ('recall_words', $v)", {"v": RECALL_WORDS_VERSION})
+
+
+#: The version of prme.recall_words the pack's node_words were built with.
+RECALL_WORDS_VERSION = "1"
+
+# Each memory that may be recalled, with its virtual decay at $as_of (prme.recall's inner level).
+_RECALL_CANDIDATES = """
+SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
+    n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
+    n.created_at, n.updated_at, n.version, {relevance} AS relevance,
+    prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
+        AS effective_salience,
+    prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
+FROM (
+    SELECT n.*, prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
+    FROM prme.nodes AS n
+    WHERE n.user_id = $user_id
+      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
+) AS n
+{join}
+"""
+# score = relevance * (0.5 + 0.25 salience + 0.25 confidence), best first, ties by id.
+_RECALL = """
+SELECT CAST(row_number() OVER (ORDER BY r.score DESC, r.id) AS INTEGER), r.score, r.relevance,
+    r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
+    r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
+    r.last_reinforced_at, r.created_at, r.updated_at, r.version
+FROM (
+    SELECT d.*, d.relevance * (CAST(0.5 AS DOUBLE) + CAST(0.25 AS DOUBLE) * d.effective_salience
+        + CAST(0.25 AS DOUBLE) * d.effective_confidence) AS score
+    FROM ({candidates}) AS d
+    ORDER BY score DESC, d.id
+    LIMIT $max_count
+) AS r
+ORDER BY r.score DESC, r.id
+"""
+RECALL_ALL = _RECALL.format(candidates=_RECALL_CANDIDATES.format(relevance="CAST(1.0 AS DOUBLE)", join=""))
+# The share of the query's words a memory has: its matching rows in node_words.
+RECALL_WORDS = _RECALL.format(
+    candidates=_RECALL_CANDIDATES.format(
+        relevance="CAST(m.shared AS DOUBLE) / CAST($word_count AS DOUBLE)",
+        join=(
+            "JOIN (SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w "
+            "WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) "
+            "GROUP BY w.node_id) AS m ON m.node_id = n.id"
+        ),
+    )
+)
+
+
+def _recall_hit(row: Sequence[Any]) -> RecallHit:
+    (
+        rank,
+        score,
+        relevance,
+        salience,
+        confidence,
+        id_,
+        namespace,
+        scope,
+        kind,
+        content,
+        state,
+        decay,
+        confidence_base,
+        salience_base,
+        boost,
+        last,
+        created,
+        updated,
+        version,
+    ) = row
+    return RecallHit(
+        rank=rank,
+        score=score,
+        relevance=relevance,
+        effective_salience=salience,
+        effective_confidence=confidence,
+        id=id_,
+        namespace=namespace,
+        scope=scope,
+        kind=kind,
+        content=content,
+        lifecycle_state=state,
+        decay_profile=decay,
+        confidence_base=confidence_base,
+        salience_base=salience_base,
+        reinforcement_boost=boost,
+        last_reinforced_at=_utc(last),
+        created_at=cast(datetime, _utc(created)),
+        updated_at=cast(datetime, _utc(updated)),
+        version=version,
+    )
+
+
+# -- API tokens, snapshots and prompts: statements and rules -------------------------
+
+INSERT_BEARER_HASH = (
+    "INSERT OR IGNORE INTO prme.api_tokens VALUES ($user_id, $token_sha256, $label, $created_at, NULL) "
+    "RETURNING created_at"
+)
+REVOKE_BEARER_HASH = (
+    "UPDATE prme.api_tokens SET revoked_at = $now "
+    "WHERE user_id = $user_id AND token_sha256 = $token_sha256 AND revoked_at IS NULL"
+)
+LIVE_BEARER_HASH = (
+    "SELECT 1 FROM prme.api_tokens WHERE user_id = $user_id AND token_sha256 = $token_sha256 AND revoked_at IS NULL"
+)
+
+SNAPSHOT_HEAD = "SELECT generation_id, seq FROM prme.snapshot_heads WHERE user_id = $user_id AND scope = $scope"
+# A scope's active memories, strongest first (effective salience plus effective
+# confidence now, then id), as prme.publish_snapshot orders them.
+SNAPSHOT_CANDIDATES = """
+SELECT n.id, n.kind, n.content
+FROM (
+    SELECT n.*, prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($now AS TIMESTAMPTZ)) AS age_days
+    FROM prme.nodes AS n
+    WHERE n.user_id = $user_id AND n.scope = $scope AND n.lifecycle_state = 'active'
+) AS n
+ORDER BY prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
+    + prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) DESC, n.id
+"""
+INSERT_GENERATION = (
+    "INSERT OR IGNORE INTO prme.snapshot_generations VALUES "
+    "($user_id, $scope, $generation_id, $document, $items, $size, $now)"
+)
+INSERT_HEAD = "INSERT INTO prme.snapshot_heads VALUES ($user_id, $scope, $generation_id, $seq, $now)"
+ADVANCE_HEAD = (
+    "UPDATE prme.snapshot_heads SET generation_id = $generation_id, seq = $seq, advanced_at = $now "
+    "WHERE user_id = $user_id AND scope = $scope AND seq = $seq - 1"
+)
+INSERT_HISTORY = "INSERT INTO prme.snapshot_history VALUES ($user_id, $scope, $seq, $generation_id, $previous, $now)"
+_SNAPSHOT_COLUMNS = "g.generation_id, {seq}, g.document, g.item_count, g.byte_size, g.created_at, {advanced_at}"
+CURRENT_SNAPSHOT = (
+    f"SELECT {_SNAPSHOT_COLUMNS.format(seq='h.seq', advanced_at='h.advanced_at')} "
+    "FROM prme.snapshot_heads AS h JOIN prme.snapshot_generations AS g "
+    "ON g.user_id = h.user_id AND g.scope = h.scope AND g.generation_id = h.generation_id "
+    "WHERE h.user_id = $user_id AND h.scope = $scope"
+)
+# seq and advanced_at of the latest time the generation became current.
+GET_SNAPSHOT = (
+    f"SELECT {_SNAPSHOT_COLUMNS.format(seq='s.seq', advanced_at='s.advanced_at')} "
+    "FROM prme.snapshot_generations AS g JOIN ("
+    "SELECT generation_id, max(seq) AS seq, arg_max(advanced_at, seq) AS advanced_at FROM prme.snapshot_history "
+    "WHERE user_id = $user_id AND scope = $scope AND generation_id = $generation_id GROUP BY generation_id"
+    ") AS s ON s.generation_id = g.generation_id "
+    "WHERE g.user_id = $user_id AND g.scope = $scope AND g.generation_id = $generation_id"
+)
+PROMPT_GENERATIONS = (
+    "SELECT s.scope, g.generation_id, g.document "
+    "FROM (SELECT unnest($scopes) AS scope, unnest(range(1, len($scopes) + 1)) AS position) AS s "
+    "LEFT JOIN prme.snapshot_heads AS h ON h.user_id = $user_id AND h.scope = s.scope "
+    "LEFT JOIN prme.snapshot_generations AS g "
+    "ON g.user_id = h.user_id AND g.scope = h.scope AND g.generation_id = h.generation_id "
+    "ORDER BY s.position"
+)
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_MAX_DOCUMENT_BYTES = 16777216
+_LABEL_CONTROL = re.compile(r"[\x01-\x1f\x7f-\x9f]")
+
+
+def _valid_token_sha256(value: object) -> str:
+    if not isinstance(value, str) or not _SHA256_HEX.fullmatch(value):
+        raise InvalidInput("token_sha256 must be 64 lowercase hex digits")
+    return value
+
+
+def _valid_label(label: object) -> str:
+    if not isinstance(label, str) or len(label) > 200 or _LABEL_CONTROL.search(label):
+        raise InvalidInput("label must be at most 200 characters, no control characters")
+    return _no_nul("label", label)
+
+
+def _valid_scopes(scopes: Sequence[str] | None) -> tuple[str, ...]:
+    """prme._valid_scopes (non-null): 1..100 valid names, duplicates dropped in first-seen order."""
+    if scopes is None:
+        raise InvalidInput("scopes must not be null")
+    if not 1 <= len(scopes) <= 100:
+        raise InvalidInput("scopes must be a one-dimensional array of 1 to 100 scopes")
+    return tuple(dict.fromkeys(valid_name("scope", scope) for scope in scopes))
+
+
+def _octets(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _snapshot_envelope(user_id: str, scope: str) -> tuple[str, str]:
+    """prme._snapshot_envelope: the document's text before and after its items (RFC 8785 key order)."""
+    return '{"items":[', f'],"scope":{canonical_json(scope)},"user_id":{canonical_json(user_id)},"version":1}}'
+
+
+def _snapshot_item(node_id: uuid.UUID, kind: str, content: str) -> str:
+    """prme._snapshot_item: {"content":...,"id":...,"kind":...} in RFC 8785 form."""
+    return canonical_json({"content": content, "id": str(node_id), "kind": kind})
+
+
+_MIN_ITEM_BYTES = _octets(_snapshot_item(uuid.UUID(int=0), "a", ""))
+
+
+def _select_items(rows: duckdb.DuckDBPyConnection, *, budget: int, max_items: int) -> list[str]:
+    """publish_snapshot's selection: take each ranked memory that still fits in budget bytes (a long
+    one that does not is skipped; shorter ones after it may fit), up to max_items."""
+    items: list[str] = []
+    used = 0
+    while batch := rows.fetchmany(256):
+        for node_id, kind, content in batch:
+            item = _snapshot_item(node_id, kind, content)
+            cost = _octets(item) + (1 if items else 0)
+            if used + cost <= budget:
+                items.append(item)
+                used += cost
+                if len(items) >= max_items:
+                    return items
+            if used + _MIN_ITEM_BYTES + 1 > budget:
+                return items
+    return items
+
+
+def _verified_document(user_id: str, scope: str, generation_id: str, document: str) -> dict[str, Any]:
+    """prme._verified_document: the parsed document once its sha256 is its id and it names this
+    owner, scope and format version 1; :class:`IntegrityError` (XX001) otherwise."""
+    if hashlib.sha256(document.encode("utf-8")).hexdigest() != generation_id:
+        raise IntegrityError("snapshot generation does not verify: sha256 of its document differs from its id")
+    parsed = json.loads(document)
+    if (
+        not isinstance(parsed, dict)
+        or parsed.get("user_id") != user_id
+        or parsed.get("scope") != scope
+        or parsed.get("version") != 1
+        or not isinstance(parsed.get("items"), list)
+    ):
+        raise IntegrityError("snapshot generation does not verify: its document names another owner, scope or format")
+    return parsed
+
+
+def _snapshot(user_id: str, scope: str, row: Sequence[Any]) -> Snapshot:
+    generation_id, seq, document, item_count, byte_size, created_at, advanced_at = row
+    _verified_document(user_id, scope, generation_id, document)
+    return Snapshot(
+        generation_id,
+        seq,
+        document,
+        item_count,
+        byte_size,
+        cast(datetime, _utc(created_at)),
+        cast(datetime, _utc(advanced_at)),
+    )
+
+
+def _lay_out_prompt(
+    user_id: str, scopes: tuple[str, ...], generations: Sequence[Sequence[Any]], budget: int
+) -> AssembledPrompt:
+    """prme.assemble_prompt's layout: a "[scope]" line and one "- content" line per item (a newline
+    in content continues on a line indented by two spaces), sections apart by an empty line; an
+    item that does not fit with its section's header is skipped (truncated)."""
+    parts: list[str] = []
+    used = items = 0
+    truncated = False
+    ids: list[str | None] = []
+    for scope, generation_id, document in generations:
+        ids.append(generation_id)
+        if generation_id is None:
+            continue  # never published: contributes nothing
+        parsed = _verified_document(user_id, scope, generation_id, document)
+        header = ("\n" if used > 0 else "") + f"[{scope}]\n"
+        section_open = False
+        for item in parsed["items"]:
+            line = "- " + str(item["content"]).replace("\n", "\n  ") + "\n"
+            cost = _octets(line) + (0 if section_open else _octets(header))
+            if used + cost <= budget:
+                if not section_open:
+                    parts.append(header)
+                    section_open = True
+                parts.append(line)
+                used += cost
+                items += 1
+            else:
+                truncated = True
+    prompt = "".join(parts)
+    return AssembledPrompt(prompt, _octets(prompt), items, truncated, scopes, tuple(ids))
 
 
 def _event(row: dict[str, Any]) -> Event:

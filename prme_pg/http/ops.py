@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .. import __version__, migrations
 from ..aio import AsyncMemoryClient
+from ..backends.duckdb import AsyncDuckDBBackend
 from ..sqlstate import describe
 from .dependencies import Client
 from .strict_json import StrictJSONRoute
@@ -51,7 +52,9 @@ class Capabilities(BaseModel):
 
 
 class Readiness(BaseModel):
-    status: Literal["ready", "not_ready"] = Field(description="ready when storage and ledger are")
+    status: Literal["ready", "not_ready"] = Field(
+        description="ready when storage and ledger are (on a memory pack, which has no ledger: when storage is)"
+    )
     capabilities: Capabilities
     ingestion_ready: bool = Field(description="writes and ledger submits are taken now (storage and ledger)")
     search_ready: bool = Field(
@@ -91,7 +94,8 @@ async def ready(client: Client, request: Request, response: Response) -> Readine
         capabilities, problems = _NOTHING, ["the database has no prme schema (run prme-pg migrate)"]
     except (psycopg.Error, PoolTimeout) as exc:
         capabilities, problems = _NOTHING, [f"the database is unavailable: {describe(exc)}"]
-    ready = capabilities.storage and capabilities.ledger
+    on_pack = isinstance(client.backend, AsyncDuckDBBackend)
+    ready = capabilities.storage and (capabilities.ledger or on_pack)
     if not ready:
         response.status_code = 503
     return Readiness(
@@ -108,6 +112,10 @@ _NOTHING = Capabilities(storage=False, ledger=False, executor=False)
 
 async def _capabilities(client: AsyncMemoryClient) -> tuple[Capabilities, list[str]]:
     accepts_writes, applied = await client.readiness()
+    if isinstance(client.backend, AsyncDuckDBBackend):
+        # serve --pack: a pack has no migrations and no ledger (a server capability); it is
+        # ready once open, and says so with ledger and executor false.
+        return Capabilities(storage=accepts_writes, ledger=False, executor=False), []
     expected = release_migrations()
     problems = [] if accepts_writes else ["the database does not accept writes"]
     if tuple(applied) != expected:

@@ -14,7 +14,7 @@ from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, PrmeError
+from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, NotOnPack, PrmeError
 from ..sqlstate import database_unavailable, describe
 from .dependencies import Unauthorized, UnsupportedMediaType
 
@@ -85,6 +85,9 @@ async def _engine_error(_: Request, exc: Exception) -> JSONResponse:
     title = _TITLES.get(type(exc))
     if title is not None:
         return problem(exc.http_status, exc.sqlstate, title, str(exc))
+    if isinstance(exc, NotOnPack):
+        # serve --pack: a server capability the pack does not have (docs/DUCKDB.md).
+        return problem(501, "not-on-pack", "Not Implemented", str(exc))
     return problem(500, "internal", "Internal Server Error", str(exc))
 
 

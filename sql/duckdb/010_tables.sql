@@ -106,3 +106,62 @@ WHERE k.operation = 'reinforce' AND EXISTS (
     SELECT 1 FROM prme.journal AS j
     WHERE j.user_id = k.user_id AND j.key_namespace = k.namespace AND j.request_id = k.request_id
 );
+
+-- HTTP bearer tokens (sql/postgres/140_api_tokens.sql): the sha256 of each token and the
+-- one owner it acts for; tokens themselves are never stored. `prme-pg token create --pack`
+-- mints them, `prme-pg serve --pack` checks them.
+CREATE TABLE IF NOT EXISTS prme.api_tokens (
+    user_id VARCHAR NOT NULL,
+    token_sha256 VARCHAR NOT NULL CHECK (regexp_full_match(token_sha256, '[0-9a-f]{64}')),
+    label VARCHAR NOT NULL DEFAULT '' CHECK (length(label) <= 200),
+    created_at TIMESTAMPTZ NOT NULL,
+    revoked_at TIMESTAMPTZ,
+    PRIMARY KEY (user_id, token_sha256)
+);
+
+-- Snapshot generations (sql/postgres/320_snapshots.sql): immutable documents keyed by the
+-- sha256 of their text, one current pointer per (user_id, scope) that only moves forward,
+-- and the log of its advances. Append-only and forward-only are kept by the pack's single
+-- writer (DuckDB has no triggers); reads verify every document against its id.
+CREATE TABLE IF NOT EXISTS prme.snapshot_generations (
+    user_id VARCHAR NOT NULL,
+    scope VARCHAR NOT NULL CHECK (regexp_full_match(scope, '[a-z][a-z0-9_-]{0,62}')),
+    generation_id VARCHAR NOT NULL,
+    document VARCHAR NOT NULL,
+    item_count INTEGER NOT NULL CHECK (item_count BETWEEN 0 AND 10000),
+    byte_size INTEGER NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, scope, generation_id),
+    CHECK (generation_id = sha256(document) AND byte_size = octet_length(encode(document)))
+);
+
+CREATE TABLE IF NOT EXISTS prme.snapshot_heads (
+    user_id VARCHAR NOT NULL,
+    scope VARCHAR NOT NULL,
+    generation_id VARCHAR NOT NULL,
+    seq BIGINT NOT NULL CHECK (seq > 0),
+    advanced_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, scope)
+);
+
+CREATE TABLE IF NOT EXISTS prme.snapshot_history (
+    user_id VARCHAR NOT NULL,
+    scope VARCHAR NOT NULL,
+    seq BIGINT NOT NULL CHECK (seq > 0),
+    generation_id VARCHAR NOT NULL,
+    previous_generation_id VARCHAR,
+    advanced_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, scope, seq),
+    CHECK (generation_id IS DISTINCT FROM previous_generation_id),
+    CHECK ((seq = 1) = (previous_generation_id IS NULL))
+);
+
+-- Recall's words of each memory (prme.recall_words of its content, 020_rules.sql), one row
+-- per word: the pack's inverted index, what nodes.search is on PostgreSQL. Written with the
+-- node, never changed (content never changes); derived, so not part of a node's state.
+-- A pack written before this table existed is indexed when first opened.
+CREATE TABLE IF NOT EXISTS prme.node_words (
+    user_id VARCHAR NOT NULL,
+    node_id UUID NOT NULL,
+    word VARCHAR NOT NULL
+);

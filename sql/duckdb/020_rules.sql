@@ -12,6 +12,8 @@
 --   prme.reinforced_confidence prme._reinforced_confidence (policy additive_caps_v1)
 --   prme.reinforced           the after state of reinforce (docs/DESIGN.md section 3, step 5)
 --   prme.archived             the after state of archive_node
+--   prme.age_days, prme.decay_rate, prme.decay_factor, prme.effective_salience,
+--   prme.effective_confidence  virtual decay (sql/postgres/300_effective_decay.sql)
 -- A node is a STRUCT with the columns of prme.nodes (a row alias such as `n` in
 -- `FROM prme.nodes AS n` is one). Recreated on every open, so a pack always runs
 -- the rules of the prme_pg that opened it.
@@ -147,3 +149,95 @@ json_transform(state, '{"id":"UUID","user_id":"VARCHAR","namespace":"VARCHAR","s
     || '"last_reinforced_at":"TIMESTAMPTZ","evidence_refs":["UUID"],"stability":"VARCHAR",'
     || '"next_review_at":"TIMESTAMPTZ","lifecycle_state":"VARCHAR","decay_profile":"VARCHAR",'
     || '"created_at":"TIMESTAMPTZ","updated_at":"TIMESTAMPTZ","version":"BIGINT"}');
+
+-- Virtual decay (sql/postgres/300_effective_decay.sql): ranking scores in DOUBLE, never
+-- written and never in a checksum, computed with the same operations in the same order
+-- as PostgreSQL so that both engines rank alike to the last bit (docs/RECALL.md).
+CREATE OR REPLACE MACRO prme.decay_rate(decay_profile) AS
+CASE decay_profile
+    WHEN 'permanent' THEN CAST(0.0 AS DOUBLE)
+    WHEN 'slow' THEN CAST(0.005 AS DOUBLE)
+    WHEN 'medium' THEN CAST(0.02 AS DOUBLE)
+    WHEN 'fast' THEN CAST(0.07 AS DOUBLE)
+    WHEN 'rapid' THEN CAST(0.2 AS DOUBLE)
+END;
+
+CREATE OR REPLACE MACRO prme.decay_factor(rate, age_days) AS
+CASE WHEN rate * age_days >= CAST(700.0 AS DOUBLE) THEN CAST(0.0 AS DOUBLE) ELSE exp(-(rate * age_days)) END;
+
+-- PostgreSQL's date_part('epoch', as_of - reference) / 86400: the difference is an
+-- interval of whole days plus a time of day (justify_hours), and its epoch is
+-- time / 1e6 + days * 86400, added in DOUBLE. Negative ages are 0 either way.
+CREATE OR REPLACE MACRO prme.age_days(reference, as_of) AS
+greatest(
+    CAST(0.0 AS DOUBLE),
+    (
+        CAST((epoch_us(CAST(as_of AS TIMESTAMPTZ)) - epoch_us(CAST(reference AS TIMESTAMPTZ))) % 86400000000 AS DOUBLE)
+        / CAST(1000000.0 AS DOUBLE)
+        + CAST(
+            ((epoch_us(CAST(as_of AS TIMESTAMPTZ)) - epoch_us(CAST(reference AS TIMESTAMPTZ))) // 86400000000) * 86400
+            AS DOUBLE
+        )
+    ) / CAST(86400.0 AS DOUBLE)
+);
+
+CREATE OR REPLACE MACRO prme.effective_salience(salience_base, reinforcement_boost, decay_profile, age_days) AS
+least(
+    CAST(1.0 AS DOUBLE),
+    greatest(
+        CAST(0.0 AS DOUBLE),
+        CAST(salience_base AS DOUBLE) * prme.decay_factor(prme.decay_rate(decay_profile), age_days)
+        + CAST(reinforcement_boost AS DOUBLE) * prme.decay_factor(CAST(0.10 AS DOUBLE), age_days)
+    )
+);
+
+CREATE OR REPLACE MACRO prme.effective_confidence(confidence_base, decay_profile, age_days) AS
+least(
+    CAST(1.0 AS DOUBLE),
+    greatest(
+        CAST(0.0 AS DOUBLE),
+        CAST(confidence_base AS DOUBLE)
+        * prme.decay_factor(prme.decay_rate(decay_profile) / CAST(2.0 AS DOUBLE), age_days)
+    )
+);
+
+-- Recall's words (sql/postgres/040_nodes.sql, prme._recall_words; docs/RECALL.md, "Words"):
+-- the same runs, stop words, length limit and plural endings, so both engines match and
+-- rank alike. The separators are PostgreSQL's class spelled for RE2.
+CREATE OR REPLACE MACRO prme.stop_words() AS [
+    'i', 'me', 'my', 'myself', 'we', 'our', 'ours', 'ourselves', 'you', 'your', 'yours', 'yourself',
+    'yourselves', 'he', 'him', 'his', 'himself', 'she', 'her', 'hers', 'herself', 'it', 'its', 'itself',
+    'they', 'them', 'their', 'theirs', 'themselves', 'what', 'which', 'who', 'whom', 'this', 'that', 'these',
+    'those', 'am', 'is', 'are', 'was', 'were', 'be', 'been', 'being', 'have', 'has', 'had',
+    'having', 'do', 'does', 'did', 'doing', 'a', 'an', 'the', 'and', 'but', 'if', 'or',
+    'because', 'as', 'until', 'while', 'of', 'at', 'by', 'for', 'with', 'about', 'against', 'between',
+    'into', 'through', 'during', 'before', 'after', 'above', 'below', 'to', 'from', 'up', 'down', 'in',
+    'out', 'on', 'off', 'over', 'under', 'again', 'further', 'then', 'once', 'here', 'there', 'when',
+    'where', 'why', 'how', 'all', 'any', 'both', 'each', 'few', 'more', 'most', 'other', 'some',
+    'such', 'no', 'nor', 'not', 'only', 'own', 'same', 'so', 'than', 'too', 'very', 's',
+    't', 'can', 'will', 'just', 'don', 'should', 'now'
+];
+
+CREATE OR REPLACE MACRO prme.recall_stem(token) AS
+CASE
+    WHEN length(token) < 4 THEN token
+    WHEN token LIKE '%ies' AND token NOT LIKE '%eies' AND token NOT LIKE '%aies'
+        THEN substr(token, 1, length(token) - 3) || 'y'
+    WHEN token LIKE '%es' AND token NOT LIKE '%aes' AND token NOT LIKE '%ees' AND token NOT LIKE '%oes'
+        THEN substr(token, 1, length(token) - 1)
+    WHEN token LIKE '%s' AND token NOT LIKE '%us' AND token NOT LIKE '%ss'
+        THEN substr(token, 1, length(token) - 1)
+    ELSE token
+END;
+
+CREATE OR REPLACE MACRO prme.recall_words(content) AS
+list_sort(list_distinct(list_transform(
+    list_filter(
+        regexp_split_to_array(
+            translate(content, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'),
+            '[\x01-\x2f\x3a-\x40\x5b-\x60\x7b-\x{bf}\x{d7}\x{f7}\x{2000}-\x{206f}\x{3000}-\x{303f}\x{feff}]+'
+        ),
+        lambda t: t <> '' AND length(t) <= 100 AND NOT list_contains(prme.stop_words(), t)
+    ),
+    lambda t: prme.recall_stem(t)
+)));

@@ -9,9 +9,75 @@
 -- confirmation changes is indexed, so its UPDATE is HOT-eligible (docs/REINFORCE.md).
 -- =============================================================================
 
--- The lexemes of content that recall matches, each keyed by its owner: the first 16
--- hex digits of sha256(user_id), a slash, the lexeme (to_tsvector('english')). A GIN
--- index over them leads with the owner in every key, so an owner's posting list for a
+-- Recall's words (docs/RECALL.md, "Words"): one tokenizer that PostgreSQL and the
+-- DuckDB memory pack (sql/duckdb/020_rules.sql, prme.recall_words) compute alike, so
+-- both rank alike; PostgreSQL's english parser and Snowball stemmer cannot be matched
+-- in DuckDB without an extension. A word is a maximal run of characters other than
+-- ASCII punctuation, spaces and controls, Latin-1 punctuation (U+0080-U+00BF, U+00D7,
+-- U+00F7), general punctuation (U+2000-U+206F), CJK punctuation (U+3000-U+303F) and
+-- U+FEFF; ASCII letters are lower-cased (no other case folding, so no locale decides
+-- anything); words longer than 100 characters and English stop words are dropped;
+-- words of 4 characters or more lose a plural ending (Harman's S stemmer: -ies -> -y,
+-- -es -> -e except after a, e, o, -s -> nothing except after u or s).
+CREATE FUNCTION prme._stop_words()
+RETURNS text[]
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN ARRAY[
+    'i', 'me', 'my', 'myself', 'we', 'our', 'ours', 'ourselves', 'you', 'your', 'yours', 'yourself',
+    'yourselves', 'he', 'him', 'his', 'himself', 'she', 'her', 'hers', 'herself', 'it', 'its', 'itself',
+    'they', 'them', 'their', 'theirs', 'themselves', 'what', 'which', 'who', 'whom', 'this', 'that', 'these',
+    'those', 'am', 'is', 'are', 'was', 'were', 'be', 'been', 'being', 'have', 'has', 'had',
+    'having', 'do', 'does', 'did', 'doing', 'a', 'an', 'the', 'and', 'but', 'if', 'or',
+    'because', 'as', 'until', 'while', 'of', 'at', 'by', 'for', 'with', 'about', 'against', 'between',
+    'into', 'through', 'during', 'before', 'after', 'above', 'below', 'to', 'from', 'up', 'down', 'in',
+    'out', 'on', 'off', 'over', 'under', 'again', 'further', 'then', 'once', 'here', 'there', 'when',
+    'where', 'why', 'how', 'all', 'any', 'both', 'each', 'few', 'more', 'most', 'other', 'some',
+    'such', 'no', 'nor', 'not', 'only', 'own', 'same', 'so', 'than', 'too', 'very', 's',
+    't', 'can', 'will', 'just', 'don', 'should', 'now'
+]::text[];
+
+COMMENT ON FUNCTION prme._stop_words() IS
+'Internal: the English stop words recall ignores (the list of PostgreSQL''s english dictionary, 127 words).';
+
+CREATE FUNCTION prme._recall_words(content text)
+RETURNS text[]
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN (
+    SELECT coalesce(array_agg(s.word ORDER BY convert_to(s.word, 'UTF8')), '{}')
+    FROM (
+        SELECT DISTINCT
+            CASE
+                WHEN length(t.token) < 4 THEN t.token
+                WHEN t.token LIKE '%ies' AND t.token NOT LIKE '%eies' AND t.token NOT LIKE '%aies'
+                    THEN substr(t.token, 1, length(t.token) - 3) || 'y'
+                WHEN
+                    t.token LIKE '%es' AND t.token NOT LIKE '%aes' AND t.token NOT LIKE '%ees'
+                    AND t.token NOT LIKE '%oes'
+                    THEN substr(t.token, 1, length(t.token) - 1)
+                WHEN t.token LIKE '%s' AND t.token NOT LIKE '%us' AND t.token NOT LIKE '%ss'
+                    THEN substr(t.token, 1, length(t.token) - 1)
+                ELSE t.token
+            END AS word
+        FROM
+            regexp_split_to_table(
+                translate(content, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'),  -- noqa: RF03
+                '[\x01-\x2f\x3a-\x40\x5b-\x60\x7b-\xbf\xd7\xf7\u2000-\u206f\u3000-\u303f\ufeff]+'
+            ) AS t (token)
+        WHERE t.token <> '' AND length(t.token) <= 100 AND array_position(prme._stop_words(), t.token) IS NULL
+    ) AS s
+);
+
+COMMENT ON FUNCTION prme._recall_words(text) IS
+'Internal: the distinct words of content as recall matches them (docs/RECALL.md, "Words"), sorted by bytes; '
+'the DuckDB pack''s prme.recall_words computes the same.';
+
+-- The words of content that recall matches, each keyed by its owner: the first 16
+-- hex digits of sha256(user_id), a slash, the word (prme._recall_words). A GIN index
+-- over them leads with the owner in every key, so an owner's posting list for a
 -- word holds that owner's memories only (docs/RECALL.md).
 CREATE FUNCTION prme._owner_lexemes(user_id text, content text)
 RETURNS text[]
@@ -19,17 +85,13 @@ LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
 RETURN (
-    SELECT
-        coalesce(
-            array_agg(substr(encode(sha256(convert_to(user_id, 'UTF8')), 'hex'), 1, 16) || '/' || l.lexeme ORDER BY l.n),
-            '{}'
-        )
-    FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, content))) WITH ORDINALITY AS l (lexeme, n)
+    SELECT coalesce(array_agg(substr(encode(sha256(convert_to(user_id, 'UTF8')), 'hex'), 1, 16) || '/' || w.word ORDER BY w.n), '{}')
+    FROM unnest(prme._recall_words(content)) WITH ORDINALITY AS w (word, n)
 );
 
 COMMENT ON FUNCTION prme._owner_lexemes(text, text) IS
-'Internal: the distinct lexemes of content under to_tsvector(''english''), sorted, each prefixed by its owner '
-'key (16 hex digits of sha256(user_id)) and a slash: what nodes.search holds and recall matches.';
+'Internal: the words of content (prme._recall_words), each prefixed by its owner key (16 hex digits of '
+'sha256(user_id)) and a slash: what nodes.search holds and recall matches.';
 
 CREATE TABLE prme.nodes (
     id uuid NOT NULL,

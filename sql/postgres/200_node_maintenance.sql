@@ -64,7 +64,7 @@ RETURN CASE WHEN lifecycle_state IN ('active', 'contested') THEN next_review_at 
 COMMENT ON FUNCTION prme._report_due_at(text, timestamptz) IS
 'Internal: next_review_at of a memory the maintenance report considers (active or contested), else null.';
 
--- Columns in the order of migration 0008, less the three that 0012 dropped
+-- Columns in the order of migration 0008, less the three that 0014 dropped
 -- (pending_moves, confidence_base, confidence_ten_thousandths: a confirmation
 -- changes their inputs and no longer writes this row). Constraints are named (as
 -- PostgreSQL would name them) so that a database upgraded by 0008, which builds
@@ -193,7 +193,7 @@ DECLARE
     v_rows bigint;
 BEGIN
     -- Set-based: the mirror from prme.nodes and one aggregate over the owner's
-    -- outcome rows (not the rows confirmations wrote before 0012: those are counted
+    -- outcome rows (not the rows confirmations wrote before 0014: those are counted
     -- by prme.nodes.reinforcements), merged into the rows; review and decay
     -- bookkeeping is kept.
     WITH totals AS (

@@ -11,7 +11,7 @@
 -- totals in prme.node_maintenance (200), in the same transaction, so the
 -- maintenance report reads one row per memory instead of aggregating every outcome.
 -- A confirmation (prme.reinforce) writes no row here: its explicit_reinforcement
--- outcome is its journal record, counted by prme.nodes.reinforcements (0012; rows
+-- outcome is its journal record, counted by prme.nodes.reinforcements (0014; rows
 -- that confirmations wrote before are kept, recorded_by 'reinforce', and read
 -- through the journal like the newer ones).
 -- record_outcome is idempotent by request_id like reinforce: the key lives in

@@ -5,7 +5,7 @@
 -- counts them, this lists them: its outcome rows, and its confirmations, whose
 -- explicit_reinforcement outcome is their journal record (the newest
 -- nodes.reinforcements records of op reinforce; 110). A confirmation's outcome id is
--- the id of the row it wrote before 0012, else its journal record's operation_id.
+-- the id of the row it wrote before 0014, else its journal record's operation_id.
 -- =============================================================================
 
 CREATE FUNCTION prme.node_outcomes(user_id text, node_id uuid, max_count integer DEFAULT 100)

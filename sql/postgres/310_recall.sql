@@ -4,7 +4,8 @@
 -- prme.recall(user_id, query, scopes, max_count, as_of) returns an owner's
 -- memories that match the query, best first:
 --   relevance = the share of the query's distinct lexemes found in the memory
---               (to_tsvector('english'), as nodes.search has them)
+--               (prme._recall_words, as nodes.search has them; the DuckDB pack
+--               computes the same words and ranking, docs/RECALL.md "Words")
 --   strength  = (effective_salience + effective_confidence) / 2   (at as_of)
 --   score     = relevance * (0.5 + 0.5 * strength)
 -- ordered by score descending, then id ascending (deterministic). A memory
