@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 
 from prme_pg import migrations, testing
 
+from .correction_phrases import phrases
 from .racing import race
 
 THREADS = 16
@@ -431,6 +432,33 @@ def test_link_correction_follows_its_definition(
 )
 def test_is_correction(conn: psycopg.Connection[Any], message: str, expected: bool) -> None:
     assert _one(conn, "SELECT prme.is_correction(%s)", message) is expected
+
+
+@pytest.mark.parametrize(("message", "expected"), phrases())
+def test_is_correction_phrase_table(conn: psycopg.Connection[Any], message: str, expected: bool) -> None:
+    """Every row of the table of phrases in docs/MAINTENANCE.md, corrections and not."""
+    assert _one(conn, "SELECT prme.is_correction(%s)", message) is expected
+
+
+def test_link_correction_counts_a_candidate_listed_twice_once(conn: psycopg.Connection[Any]) -> None:
+    user = f"dup_{uuid.uuid4().hex[:8]}"
+    tabs = _add_node(conn, user_id=user, content="alice indents python code with tabs")
+    other = _add_node(conn, user_id=user, content="alice drinks green tea every morning")
+    linked = _rows(
+        conn, "SELECT * FROM prme.link_correction(%s, %s, %s)", user, "No, python code uses spaces", [tabs, tabs]
+    )[0]
+    assert linked["status"] == "linked" and linked["node_id"] == tabs
+    assert [m["node_id"] for m in linked["matches"]] == [str(tabs)]
+    assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE user_id = %s", user) == 1
+    unmatched = _rows(
+        conn, "SELECT * FROM prme.link_correction(%s, %s, %s)", user, "Stop it", [other, tabs, other, tabs]
+    )[0]
+    assert unmatched["status"] == "unmatched"
+    stored = _one(
+        conn, "SELECT candidate_node_ids FROM prme.correction_inbox WHERE user_id = %s AND id = %s",
+        user, unmatched["inbox_id"],
+    )
+    assert stored == [other, tabs]
 
 
 # ---------------------------------------------------------------------------

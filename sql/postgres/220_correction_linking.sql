@@ -100,27 +100,47 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_text text;
-    -- The start of the message, or of a sentence or clause within it.
-    v_start constant text := E'(^|[.!?;:,] ?)\\s*';
+    -- The start of the message, or of a line, sentence or clause within it.
+    v_start constant text := E'(^|\n|[.!?;:,] ?)\\s*';
+    -- The rest of a sentence: no line break, and no . ! ? ; ending one (a dot inside
+    -- a word, as in os.path, does not end it).
+    v_same_sentence constant text := E'(?:[^\n.!?;]|\\.\\S)*';
 BEGIN
-    -- Bounded like every message: the regular expressions below read it seven times.
+    -- Bounded like every message: the regular expressions below read it ten times.
     IF octet_length(message) > 65536 THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422',
             MESSAGE = 'message must be at most 65536 bytes',
             DETAIL = format('got %s bytes', octet_length(message));
     END IF;
-    -- Typographic apostrophes as ASCII, runs of blanks as one space, lower case.
-    v_text := lower(regexp_replace(translate(coalesce(message, ''), '’‘`', ''''''''), E'\\s+', ' ', 'g'));
+    -- Typographic apostrophes as ASCII, lower case; each line's runs of blanks as one
+    -- space, lines joined by one line break (a line break is a clause boundary).
+    v_text := (
+        SELECT string_agg(btrim(regexp_replace(l.line, E'\\s+', ' ', 'g')), E'\n' ORDER BY l.n)
+        FROM regexp_split_to_table(
+            lower(translate(coalesce(message, ''), '’‘`', '''''''')), E'[\\n\\r\\u2028\\u2029]+'
+        ) WITH ORDINALITY AS l (line, n)
+    );
     RETURN
-        -- "don't …", "do not …", "never …", "always …", "stop …", optionally after "please"
-        v_text ~ (v_start || E'(please )?(don''?t|do not|never|always|stop|quit)\\M')
-        -- "no, …", "nope. …", "no - …"
-        OR v_text ~ (v_start || '(no|nope|nah)([,.!:;]| -)')
+        -- "don't …", "do not …", "never …", "always …", "stop …", optionally after
+        -- "please"; not "never mind", "don't worry", "do not worry"
+        v_text ~ (
+            v_start || E'(please )?(don''?t|do not|never|always|stop|quit)\\M(?! ?mind\\M)(?! worry\\M)'
+        )
+        -- "no, …", "nope. …", "no - …", "no" on a line of its own: followed by more words
+        OR v_text ~ (v_start || E'(no|nope|nah)([,.!:;]+| -|\\n)\\s*[[:alnum:]]')
         -- "actually …" opening a sentence
         OR v_text ~ (v_start || E'(well,? )?actually\\M')
-        -- "prefer X over Y", "prefer X instead of Y", "prefer X rather than Y"
-        OR v_text ~ E'\\mprefers? \\S.*\\m(over|instead of|rather than)\\M'
+        -- "prefer X over Y", "prefer X instead of Y", "prefer X rather than Y", "prefer X
+        -- to Y" (not "prefer to …"); "favor X over Y", "favour X over Y"
+        OR v_text ~ (
+            E'\\mprefers? (?!to\\M)\\S' || v_same_sentence || E'\\m(over|instead of|rather than|to)\\M'
+        )
+        OR v_text ~ (E'\\mfavou?rs? \\S' || v_same_sentence || E'\\mover\\M')
+        -- "use X instead", "use X instead of Y"
+        OR v_text ~ (E'\\muse \\S' || v_same_sentence || E'\\minstead\\M')
+        -- "going forward, …", "from now on, …" / "from now on …" opening a clause
+        OR v_text ~ (v_start || E'(going forward(,| -|:)|from now on(,| -|:)?) ?[[:alnum:]]')
         -- "you should never …", "I always …", "we never …"
         OR v_text ~ E'\\m(you|i|we)( should| must| will)? (never|always)\\M'
         -- "that's wrong", "that is not right", "this is incorrect"
@@ -132,9 +152,10 @@ $$;
 
 COMMENT ON FUNCTION prme.is_correction(text) IS
 'True when a message uses explicit correction phrasing: "don''t …", "do not …", "no, …", "actually …", '
-'"stop …", "prefer X over Y", "never …"/"always …" (opening a sentence, or after you/I/we), "that''s wrong", '
-'"I told you …". A heuristic for routing messages to link_correction; it reads nothing. PR422 for a message over '
-'64 KiB.';
+'"stop …", "never …"/"always …" (opening a line, sentence or clause, or after you/I/we), "prefer X over|to Y", '
+'"favo(u)r X over Y", "use X instead", "going forward, …", "from now on …", "that''s wrong", "I told you …"; '
+'not "never mind", "don''t worry" or a bare "no". A heuristic for routing messages to link_correction; it '
+'reads nothing. See docs/MAINTENANCE.md for the table of phrases. PR422 for a message over 64 KiB.';
 
 CREATE FUNCTION prme.link_correction(
     user_id text,
@@ -152,6 +173,7 @@ DECLARE
     v_user_id text := prme._valid_user_id(link_correction.user_id);
     v_message text := prme._valid_content(link_correction.message);
     v_thread_id text := prme._valid_ref('thread_id', link_correction.thread_id);
+    v_candidates uuid[];
     v_tokens text[];
     v_token_set jsonb;
     v_candidate_bytes bigint;
@@ -166,12 +188,19 @@ BEGIN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422', MESSAGE = 'candidate_node_ids must be an array of at most 1000 non-null ids';
     END IF;
+    -- A candidate listed twice counts once: the distinct ids, in the order first listed.
+    v_candidates := ARRAY(
+        SELECT c.id
+        FROM unnest(link_correction.candidate_node_ids) WITH ORDINALITY AS c (id, n)
+        GROUP BY c.id
+        ORDER BY min(c.n)
+    );
     -- The work is tokenising the candidates: at most 1 MiB of their content per call
     -- (only the owner's active candidates count; others are ignored, as below).
     SELECT coalesce(sum(octet_length(n.content)), 0) INTO v_candidate_bytes
     FROM prme.nodes AS n
     WHERE n.user_id = v_user_id
-      AND n.id = ANY(link_correction.candidate_node_ids)
+      AND n.id = ANY(v_candidates)
       AND n.lifecycle_state = 'active';
     IF v_candidate_bytes > 1048576 THEN
         RAISE EXCEPTION USING
@@ -201,7 +230,7 @@ BEGIN
         FROM prme.nodes AS n
         CROSS JOIN LATERAL (SELECT prme._correction_tokens(n.content) AS tokens OFFSET 0) AS t
         WHERE n.user_id = v_user_id
-          AND n.id = ANY(link_correction.candidate_node_ids)
+          AND n.id = ANY(v_candidates)
           AND n.lifecycle_state = 'active'
         OFFSET 0
     ) AS c
@@ -233,7 +262,7 @@ BEGIN
     INSERT INTO prme.correction_inbox (
         user_id, id, message, thread_id, candidate_node_ids, matched_node_ids, reason, created_at
     ) VALUES (
-        v_user_id, v_inbox_id, v_message, v_thread_id, link_correction.candidate_node_ids, v_matched,
+        v_user_id, v_inbox_id, v_message, v_thread_id, v_candidates, v_matched,
         CASE WHEN cardinality(v_matched) >= 2 THEN 'ambiguous' ELSE 'no_match' END, now()
     );
     status := CASE WHEN cardinality(v_matched) >= 2 THEN 'ambiguous' ELSE 'unmatched' END;
@@ -245,7 +274,8 @@ $$;
 COMMENT ON FUNCTION prme.link_correction(text, text, uuid[], text) IS
 'Links a correction message of user_id to the one candidate memory it overlaps (token overlap >= 0.45 over '
 'active candidates; see docs/MAINTENANCE.md): status linked with the explicit_correction outcome appended, or '
-'unmatched / ambiguous with the message put in the correction inbox and nothing appended. matches lists the '
+'unmatched / ambiguous with the message put in the correction inbox and nothing appended. A candidate listed '
+'twice counts once (the inbox keeps the distinct ids, in the order first listed). matches lists the '
 'matching candidates with their overlap. PR422 for an empty message, more than 1000 candidates, or active '
 'candidates holding more than 1 MiB of content in all.';
 
