@@ -580,3 +580,36 @@ def test_upgrading_to_recall_words_recomputes_search_and_loses_nothing(pg_server
                 assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
     finally:
         testing.drop_database(pg_server, name)
+
+
+def test_upgrading_to_correction_phrases_keeps_the_inbox_and_changes_the_rules(pg_server: testing.Server) -> None:
+    """A database filled through the release before correction_phrases upgrades with every row
+    kept as it was (an inbox entry that listed a candidate twice keeps both), and the new rules
+    answer from then on: a bare "No." is no correction, "use X instead" is one, and a candidate
+    listed twice is stored once."""
+    every = migrations.load_migrations()
+    target = next(m.version for m in every if m.name == "correction_phrases")
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            migrations.migrate(conn, [m for m in every if m.version < target])
+            conn.execute(FILL_BEFORE.encode())
+            lyon = "aaaaaaaa-0000-4000-8000-000000000002"
+            twice = "SELECT inbox_id FROM prme.link_correction('alice', 'Stop that', ARRAY[%s, %s]::uuid[])"
+            old_entry = conn.execute(twice, [lyon, lyon]).fetchone()[0]
+            detect = "SELECT prme.is_correction(m) FROM unnest(%s::text[]) AS t (m)"
+            messages = ["No.", "Don't worry about it", "Use pathlib instead", "Looks good\ndon't push to main"]
+            assert [r[0] for r in conn.execute(detect, [messages])] == [True, True, False, False]
+
+            before = _rows(conn)
+            migrations.migrate(conn, [m for m in every if m.version <= target])
+            assert _rows_kept(conn, before) == before
+            stored = "SELECT candidate_node_ids::text[] FROM prme.correction_inbox WHERE user_id = 'alice' AND id = %s"
+            assert conn.execute(stored, [old_entry]).fetchone()[0] == [lyon, lyon]
+            assert [r[0] for r in conn.execute(detect, [messages])] == [False, False, True, True]
+            new_entry = conn.execute(twice, [lyon, lyon]).fetchone()[0]
+            assert conn.execute(stored, [new_entry]).fetchone()[0] == [lyon]
+            for owner in ("alice", "bob"):
+                assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+    finally:
+        testing.drop_database(pg_server, name)

@@ -19,7 +19,7 @@
 -- e1000000-... events, c1000000-... request ids, d1000000-... linking nodes.
 -- =============================================================================
 BEGIN;
-SELECT plan(122);
+SELECT plan(132);
 
 -- Everything an outcome call could write, summarised in one text.
 CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql AS $$
@@ -501,7 +501,12 @@ FROM unnest(ARRAY[
     'Always answer in German',
     'You should never use my work email',
     'That''s wrong, the deadline is May 3',
-    'I told you I am vegetarian'
+    'I told you I am vegetarian',
+    'I prefer pytest to unittest',
+    'Favour composition over inheritance',
+    'Use pathlib instead',
+    'From now on, reply in German',
+    E'Looks good\ndon''t push to main directly'
 ]) AS m;
 SELECT ok(NOT prme.is_correction(m), format('not a correction: %s', m))
 FROM unnest(ARRAY[
@@ -513,9 +518,20 @@ FROM unnest(ARRAY[
     'Don Quixote is a novel',
     'The result is actually good',
     'Is there another way?',
-    ''
+    '',
+    'Never mind, that''s fine',
+    'Don''t worry about it',
+    'No.',
+    'We used the old build instead'
 ]) AS m;
 SELECT is(prme.is_correction(NULL), false, 'is_correction(NULL) is false');
+SELECT status FROM prme.link_correction('lk_alice', 'Stop that, twice', ARRAY[
+    'd1000000-0000-4000-8000-000000000002', 'd1000000-0000-4000-8000-000000000001',
+    'd1000000-0000-4000-8000-000000000002']::uuid[]);
+SELECT is(
+    (SELECT candidate_node_ids FROM prme.correction_inbox WHERE user_id = 'lk_alice' AND message = 'Stop that, twice'),
+    ARRAY['d1000000-0000-4000-8000-000000000002', 'd1000000-0000-4000-8000-000000000001']::uuid[],
+    'a candidate listed twice counts once: the inbox keeps the distinct ids, in the order first listed');
 
 SELECT * FROM finish();
 ROLLBACK;
