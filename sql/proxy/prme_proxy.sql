@@ -461,7 +461,7 @@ AS $$
     RUN ON ANY;
 $$;
 COMMENT ON FUNCTION prme.is_correction(text) IS
-'True when a message uses explicit correction phrasing: "don''t …", "do not …", "no, …", "actually …", "stop …", "prefer X over Y", "never …"/"always …" (opening a sentence, or after you/I/we), "that''s wrong", "I told you …". A heuristic for routing messages to link_correction; it reads nothing. PR422 for a message over 64 KiB.';
+'True when a message uses explicit correction phrasing: "don''t …", "do not …", "no, …", "actually …", "stop …", "never …"/"always …" (opening a line, sentence or clause, or after you/I/we), "prefer X over|to Y", "favo(u)r X over Y", "use X instead", "going forward, …", "from now on …", "that''s wrong", "I told you …"; not "never mind", "don''t worry" or a bare "no". A heuristic for routing messages to link_correction; it reads nothing. See docs/MAINTENANCE.md for the table of phrases. PR422 for a message over 64 KiB.';
 REVOKE ALL ON FUNCTION prme.is_correction(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.is_correction(text) TO prme_app;
 
@@ -533,7 +533,7 @@ AS $$
     RUN ON prme.route(user_id);
 $$;
 COMMENT ON FUNCTION prme.link_correction(text,text,uuid[],text) IS
-'Links a correction message of user_id to the one candidate memory it overlaps (token overlap >= 0.45 over active candidates; see docs/MAINTENANCE.md): status linked with the explicit_correction outcome appended, or unmatched / ambiguous with the message put in the correction inbox and nothing appended. matches lists the matching candidates with their overlap. PR422 for an empty message, more than 1000 candidates, or active candidates holding more than 1 MiB of content in all.';
+'Links a correction message of user_id to the one candidate memory it overlaps (token overlap >= 0.45 over active candidates; see docs/MAINTENANCE.md): status linked with the explicit_correction outcome appended, or unmatched / ambiguous with the message put in the correction inbox and nothing appended. A candidate listed twice counts once (the inbox keeps the distinct ids, in the order first listed). matches lists the matching candidates with their overlap. PR422 for an empty message, more than 1000 candidates, or active candidates holding more than 1 MiB of content in all.';
 REVOKE ALL ON FUNCTION prme.link_correction(text,text,uuid[],text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.link_correction(text,text,uuid[],text) TO prme_app;
 
