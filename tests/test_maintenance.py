@@ -455,8 +455,10 @@ def test_link_correction_counts_a_candidate_listed_twice_once(conn: psycopg.Conn
     )[0]
     assert unmatched["status"] == "unmatched"
     stored = _one(
-        conn, "SELECT candidate_node_ids FROM prme.correction_inbox WHERE user_id = %s AND id = %s",
-        user, unmatched["inbox_id"],
+        conn,
+        "SELECT candidate_node_ids FROM prme.correction_inbox WHERE user_id = %s AND id = %s",
+        user,
+        unmatched["inbox_id"],
     )
     assert stored == [other, tabs]
 
