@@ -16,7 +16,8 @@ from prme_pg import migrations, testing
 
 from .conftest import ROOT
 
-BOOST_LINE = "    RETURN greatest(boost, least(boost + 0.15, 0.5));"
+#: The cap of reinforcement_boost in prme._reinforced_boost, whatever its indentation.
+BOOST = "RETURN greatest(boost, least(boost + 0.15, 0.5));"
 
 
 @pytest.fixture
@@ -46,15 +47,17 @@ def _run(checkout: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_changed_line_is_reviewed_as_that_line_and_the_migration_applies(checkout: Path, empty_dsn: str) -> None:
     reinforce = checkout / "sql" / "postgres" / "110_reinforce.sql"
-    assert BOOST_LINE in reinforce.read_text()
-    reinforce.write_text(reinforce.read_text().replace(BOOST_LINE, BOOST_LINE.replace("0.5))", "0.6))")))
+    lines = [line for line in reinforce.read_text().splitlines() if line.strip() == BOOST]
+    assert len(lines) == 1, "the boost's cap is one line of 110_reinforce.sql"
+    boost_line = lines[0]
+    reinforce.write_text(reinforce.read_text().replace(boost_line, boost_line.replace("0.5))", "0.6))")))
     next_version = max(m.version for m in migrations.load_migrations(checkout / "migrations")) + 1
 
     run = _run(checkout, "wider_cap", "_reinforced_boost", "prme.reinforce")
 
     assert run.returncode == 0, run.stderr
     changed = [line for line in run.stdout.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-    assert changed == [f"-{BOOST_LINE}", f"+{BOOST_LINE.replace('0.5))', '0.6))')}"]
+    assert changed == [f"-{boost_line}", f"+{boost_line.replace('0.5))', '0.6))')}"]
     assert "prme.reinforce(node_id uuid, user_id text, evidence_id uuid, request_id uuid): unchanged" in run.stdout
     written = checkout / "migrations" / f"{next_version:04d}_wider_cap.sql"
     text = written.read_text()
