@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
@@ -92,6 +92,7 @@ __all__ = [
     "VerifyJournal",
     "journal_rows",
     "node_journal_rows",
+    "recall_hit",
 ]
 
 T = TypeVar("T")
@@ -214,6 +215,53 @@ class FindNodes(Request[list[Node]]):
     stabilities: tuple[str, ...] | None
     lifecycle_states: tuple[str, ...] | None
     max_count: int
+
+
+def recall_hit(row: Sequence[Any]) -> RecallHit:
+    """A row of recall's result (both backends select the same columns in the same order),
+    its times as UTC."""
+    (
+        rank,
+        score,
+        relevance,
+        salience,
+        confidence,
+        id_,
+        namespace,
+        scope,
+        kind,
+        content,
+        state,
+        decay,
+        confidence_base,
+        salience_base,
+        boost,
+        last,
+        created,
+        updated,
+        version,
+    ) = row
+    return RecallHit(
+        rank=rank,
+        score=score,
+        relevance=relevance,
+        effective_salience=salience,
+        effective_confidence=confidence,
+        id=id_,
+        namespace=namespace,
+        scope=scope,
+        kind=kind,
+        content=content,
+        lifecycle_state=state,
+        decay_profile=decay,
+        confidence_base=confidence_base,
+        salience_base=salience_base,
+        reinforcement_boost=boost,
+        last_reinforced_at=None if last is None else last.astimezone(UTC),
+        created_at=created.astimezone(UTC),
+        updated_at=updated.astimezone(UTC),
+        version=version,
+    )
 
 
 def node_journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[JournalRecord], NodeHead]:

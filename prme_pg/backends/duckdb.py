@@ -95,6 +95,7 @@ from . import (
     VerifyJournal,
     journal_rows,
     node_journal_rows,
+    recall_hit,
 )
 
 __all__ = [
@@ -1074,7 +1075,7 @@ class DuckDBBackend:
                 if not words:
                     return []  # only stop words and punctuation: nothing can match
                 rows = con.execute(RECALL_WORDS, {**params, "words": words, "word_count": len(words)}).fetchall()
-            return [_recall_hit(row) for row in rows]
+            return [recall_hit(row) for row in rows]
 
         return self.run(work)
 
@@ -1275,51 +1276,6 @@ RECALL_WORDS = _RECALL.format(
         ),
     )
 )
-
-
-def _recall_hit(row: Sequence[Any]) -> RecallHit:
-    (
-        rank,
-        score,
-        relevance,
-        salience,
-        confidence,
-        id_,
-        namespace,
-        scope,
-        kind,
-        content,
-        state,
-        decay,
-        confidence_base,
-        salience_base,
-        boost,
-        last,
-        created,
-        updated,
-        version,
-    ) = row
-    return RecallHit(
-        rank=rank,
-        score=score,
-        relevance=relevance,
-        effective_salience=salience,
-        effective_confidence=confidence,
-        id=id_,
-        namespace=namespace,
-        scope=scope,
-        kind=kind,
-        content=content,
-        lifecycle_state=state,
-        decay_profile=decay,
-        confidence_base=confidence_base,
-        salience_base=salience_base,
-        reinforcement_boost=boost,
-        last_reinforced_at=_utc(last),
-        created_at=cast(datetime, _utc(created)),
-        updated_at=cast(datetime, _utc(updated)),
-        version=version,
-    )
 
 
 # -- API tokens, snapshots and prompts: statements and rules -------------------------

@@ -99,6 +99,7 @@ from . import (
     VerifyJournal,
     journal_rows,
     node_journal_rows,
+    recall_hit,
 )
 
 
@@ -505,52 +506,7 @@ def tuple_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMake
 
 def recall_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[RecallHit]:
     """Row factory for :data:`RECALL` (columns in the order it selects them)."""
-
-    def make(values: Sequence[Any]) -> RecallHit:
-        (
-            rank,
-            score,
-            relevance,
-            salience,
-            confidence,
-            id_,
-            namespace,
-            scope,
-            kind,
-            content,
-            state,
-            decay,
-            confidence_base,
-            salience_base,
-            boost,
-            last,
-            created,
-            updated,
-            version,
-        ) = values
-        return RecallHit(
-            rank=rank,
-            score=score,
-            relevance=relevance,
-            effective_salience=salience,
-            effective_confidence=confidence,
-            id=id_,
-            namespace=namespace,
-            scope=scope,
-            kind=kind,
-            content=content,
-            lifecycle_state=state,
-            decay_profile=decay,
-            confidence_base=confidence_base,
-            salience_base=salience_base,
-            reinforcement_boost=boost,
-            last_reinforced_at=None if last is None else utc(last),
-            created_at=utc(created),
-            updated_at=utc(updated),
-            version=version,
-        )
-
-    return make
+    return recall_hit
 
 
 def publish_row(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[PublishResult]:
