@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +233,25 @@ SELECT prme.set_maintenance_setting('alice', 'low', '3 days', 0.02);
 """
 
 
+@contextmanager
+def filled_before(
+    pg_server: testing.Server, migration: str
+) -> Iterator[tuple[psycopg.Connection[Any], list[migrations.Migration], int]]:
+    """A new database migrated to the release before ``migration`` and filled through its
+    functions (FILL_BEFORE): the connection, every migration, and ``migration``'s version.
+    The database is dropped afterwards."""
+    every = migrations.load_migrations()
+    target = next(m.version for m in every if m.name == migration)
+    name = testing.create_database(pg_server, prefix="prme_upgrade")
+    try:
+        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
+            migrations.migrate(conn, [m for m in every if m.version < target])
+            conn.execute(FILL_BEFORE.encode())
+            yield conn, every, target
+    finally:
+        testing.drop_database(pg_server, name)
+
+
 def _rows(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
     """Every row of every prme table (but the migration log) as text, sorted."""
     tables = conn.execute(
@@ -261,51 +281,41 @@ def _reader_sees(conn: psycopg.Connection[Any], role: str, setting: str = "") ->
 def test_upgrading_to_hostile_callers_loses_nothing(pg_server: testing.Server) -> None:
     """A database filled through the release before 0011 upgrades with every row kept as it
     was, its journals clean, its keys still replaying, and readers bound from then on."""
-    every = migrations.load_migrations()
-    target = next(m.version for m in every if m.name == "hostile_callers")
-    name = testing.create_database(pg_server, prefix="prme_upgrade")
-    try:
-        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
-            migrations.migrate(conn, [m for m in every if m.version < target])
-            conn.execute(FILL_BEFORE.encode())
-            conn.execute(
-                "SELECT prme.submit_operation('alice', 'dddddddd-0000-4000-8000-000000000001', 2, 'add_event', '{}',"
-                ' prme.payload_hash(\'{"content": "queued"}\'), \'{"content": "queued"}\')'
-            )
-            conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
-            report = "SELECT r::text FROM prme.maintenance_report('alice', '2030-01-01') AS r ORDER BY 1"
-            before, before_report = _rows(conn), conn.execute(report).fetchall()
-            filled = ("nodes", "journal", "outcomes", "correction_inbox", "maintenance_patches", "snapshot_heads")
-            assert all(before[table] for table in (*filled, "operations", "api_tokens")), "not vacuous"
-            assert _reader_sees(conn, "prme_reader", "bob") == {"bob": 1}, "the hole 0011 closes"
+    with filled_before(pg_server, "hostile_callers") as (conn, every, target):
+        conn.execute(
+            "SELECT prme.submit_operation('alice', 'dddddddd-0000-4000-8000-000000000001', 2, 'add_event', '{}',"
+            ' prme.payload_hash(\'{"content": "queued"}\'), \'{"content": "queued"}\')'
+        )
+        conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+        report = "SELECT r::text FROM prme.maintenance_report('alice', '2030-01-01') AS r ORDER BY 1"
+        before, before_report = _rows(conn), conn.execute(report).fetchall()
+        filled = ("nodes", "journal", "outcomes", "correction_inbox", "maintenance_patches", "snapshot_heads")
+        assert all(before[table] for table in (*filled, "operations", "api_tokens")), "not vacuous"
+        assert _reader_sees(conn, "prme_reader", "bob") == {"bob": 1}, "the hole 0011 closes"
 
-            # Up to its own target only: later migrations move rows on purpose (each has its own test).
-            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
-            after = _rows(conn)
-            assert after.pop("reader_bindings") == []
-            assert after == before
-            assert conn.execute(report).fetchall() == before_report
-            for owner in ("alice", "bob"):
-                assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
-            replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
-            assert {row[0] for row in conn.execute(replay)} == {True}
-            key = conn.execute(
-                "SELECT replayed FROM prme.reinforce('aaaaaaaa-0000-4000-8000-000000000001', 'alice',"
-                " 'eeeeeeee-0000-4000-8000-000000000001', 'cccccccc-0000-4000-8000-000000000001')"
-            ).fetchone()
-            assert key == (True,), "a key stored before the upgrade still replays"
-            assert _rows_kept(conn, before) == before | {"reader_bindings": []}, "and the replay wrote nothing"
+        # Up to its own target only: later migrations move rows on purpose (each has its own test).
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        after = _rows(conn)
+        assert after.pop("reader_bindings") == []
+        assert after == before
+        assert conn.execute(report).fetchall() == before_report
+        for owner in ("alice", "bob"):
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+        replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
+        assert {row[0] for row in conn.execute(replay)} == {True}
+        key = conn.execute(
+            "SELECT replayed FROM prme.reinforce('aaaaaaaa-0000-4000-8000-000000000001', 'alice',"
+            " 'eeeeeeee-0000-4000-8000-000000000001', 'cccccccc-0000-4000-8000-000000000001')"
+        ).fetchone()
+        assert key == (True,), "a key stored before the upgrade still replays"
+        assert _rows_kept(conn, before) == before | {"reader_bindings": []}, "and the replay wrote nothing"
 
-            assert _reader_sees(conn, "prme_reader", "bob") == {}
-            assert _reader_sees(conn, "prme_auditor") == {"alice": 2, "bob": 1}
-            with conn.transaction(force_rollback=True):
-                conn.execute("CREATE ROLE prme_t_upgrade_reader IN ROLE prme_reader")
-                conn.execute(
-                    "INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('alice', 'prme_t_upgrade_reader')"
-                )
-                assert _reader_sees(conn, "prme_t_upgrade_reader", "bob") == {"alice": 2}
-    finally:
-        testing.drop_database(pg_server, name)
+        assert _reader_sees(conn, "prme_reader", "bob") == {}
+        assert _reader_sees(conn, "prme_auditor") == {"alice": 2, "bob": 1}
+        with conn.transaction(force_rollback=True):
+            conn.execute("CREATE ROLE prme_t_upgrade_reader IN ROLE prme_reader")
+            conn.execute("INSERT INTO prme.reader_bindings (user_id, reader) VALUES ('alice', 'prme_t_upgrade_reader')")
+            assert _reader_sees(conn, "prme_t_upgrade_reader", "bob") == {"alice": 2}
 
 
 # -- ledger_fast_submit: operations accepted before it run and resubmit as before -----------
@@ -320,36 +330,28 @@ def test_upgrading_to_ledger_fast_submit_loses_nothing(pg_server: testing.Server
     """Operations committed and still queued before the migration keep every row; the queued ones
     commit afterwards (the executor's first look checks their hash, which submit had checked), and
     a resubmit of either answers with the stored receipt."""
-    every = migrations.load_migrations()
-    target = next(m.version for m in every if m.name == "ledger_fast_submit")
-    name = testing.create_database(pg_server, prefix="prme_upgrade")
-    try:
-        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
-            migrations.migrate(conn, [m for m in every if m.version < target])
-            conn.execute(FILL_BEFORE.encode())
-            conn.execute(LEDGER_BEFORE % {"n": "01"})
-            conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
-            conn.execute(LEDGER_BEFORE % {"n": "02"})
-            events = "SELECT e::text FROM prme.operation_events('alice', 0) AS e ORDER BY 1"
-            before, before_events = _rows(conn), conn.execute(events).fetchall()
-            assert len(before["operations"]) == 2 and before["nodes"], "not vacuous"
-            constraints = "SELECT count(*) FROM pg_constraint WHERE conrelid = 'prme.operations'::regclass"
-            checks_before = conn.execute(constraints + " AND contype = 'c'").fetchone()
+    with filled_before(pg_server, "ledger_fast_submit") as (conn, every, target):
+        conn.execute(LEDGER_BEFORE % {"n": "01"})
+        conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+        conn.execute(LEDGER_BEFORE % {"n": "02"})
+        events = "SELECT e::text FROM prme.operation_events('alice', 0) AS e ORDER BY 1"
+        before, before_events = _rows(conn), conn.execute(events).fetchall()
+        assert len(before["operations"]) == 2 and before["nodes"], "not vacuous"
+        constraints = "SELECT count(*) FROM pg_constraint WHERE conrelid = 'prme.operations'::regclass"
+        checks_before = conn.execute(constraints + " AND contype = 'c'").fetchone()
 
-            # Up to its own target only: later migrations move rows on purpose (each has its own test).
-            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
-            assert _rows_kept(conn, before) == before
-            assert conn.execute(events).fetchall() == before_events
-            assert checks_before is not None
-            assert conn.execute(constraints + " AND contype = 'c'").fetchone() == (checks_before[0] - 2,)
-            for n in ("01", "02"):
-                assert conn.execute(f"SELECT created FROM ({LEDGER_BEFORE % {'n': n}}) AS r").fetchone() == (False,)
-            outcomes = conn.execute("SELECT outcome FROM prme.run_operations(10, 'upgrade-test')").fetchall()
-            assert outcomes == [("committed",)]
-            states = "SELECT state FROM prme.operations ORDER BY operation_id"
-            assert conn.execute(states).fetchall() == [("committed",), ("committed",)]
-    finally:
-        testing.drop_database(pg_server, name)
+        # Up to its own target only: later migrations move rows on purpose (each has its own test).
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        assert _rows_kept(conn, before) == before
+        assert conn.execute(events).fetchall() == before_events
+        assert checks_before is not None
+        assert conn.execute(constraints + " AND contype = 'c'").fetchone() == (checks_before[0] - 2,)
+        for n in ("01", "02"):
+            assert conn.execute(f"SELECT created FROM ({LEDGER_BEFORE % {'n': n}}) AS r").fetchone() == (False,)
+        outcomes = conn.execute("SELECT outcome FROM prme.run_operations(10, 'upgrade-test')").fetchall()
+        assert outcomes == [("committed",)]
+        states = "SELECT state FROM prme.operations ORDER BY operation_id"
+        assert conn.execute(states).fetchall() == [("committed",), ("committed",)]
 
 
 # -- owner_streams: the upgrade from the release before it loses nothing ------------
@@ -357,36 +359,28 @@ def test_upgrading_to_ledger_fast_submit_loses_nothing(pg_server: testing.Server
 
 def test_upgrading_to_owner_streams_keeps_every_stream(pg_server: testing.Server) -> None:
     """A ledger filled before owner_streams reads the same stream after it, and goes on after it."""
-    every = migrations.load_migrations()
-    target = next(m.version for m in every if m.name == "owner_streams")
-    name = testing.create_database(pg_server, prefix="prme_upgrade")
     stream = "SELECT seq, operation_id, operation_seq, state, detail FROM prme.operation_events('alice') ORDER BY seq"
-    try:
-        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
-            migrations.migrate(conn, [m for m in every if m.version < target])
-            conn.execute(FILL_BEFORE.encode())
-            for n in range(3):
-                conn.execute(
-                    "SELECT prme.submit_operation('alice', %s, 2, 'add_event', '{}', prme.payload_hash(%s), %s)",
-                    [f"dddddddd-0000-4000-8000-00000000000{n}", f'{{"content": "e{n}"}}', f'{{"content": "e{n}"}}'],
-                )
-            conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
-            before, before_stream = _rows(conn), conn.execute(stream).fetchall()
-            assert len(before_stream) >= 9, "not vacuous: accepted, processing, committed per operation"
-
-            # Up to its own target only: later migrations move rows on purpose (each has its own test).
-            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
-            assert _rows_kept(conn, before) == before
-            assert conn.execute(stream).fetchall() == before_stream
-            assert conn.execute("SELECT count(*) FROM prme.owner_streams").fetchone() == (0,)
+    with filled_before(pg_server, "owner_streams") as (conn, every, target):
+        for n in range(3):
             conn.execute(
-                "SELECT prme.submit_operation('alice', 'dddddddd-0000-4000-8000-0000000000ff', 2, 'add_event', '{}',"
-                ' prme.payload_hash(\'{"content": "after"}\'), \'{"content": "after"}\')'
+                "SELECT prme.submit_operation('alice', %s, 2, 'add_event', '{}', prme.payload_hash(%s), %s)",
+                [f"dddddddd-0000-4000-8000-00000000000{n}", f'{{"content": "e{n}"}}', f'{{"content": "e{n}"}}'],
             )
-            after = conn.execute(stream).fetchall()
-            assert after[: len(before_stream)] == before_stream and len(after) == len(before_stream) + 1
-    finally:
-        testing.drop_database(pg_server, name)
+        conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+        before, before_stream = _rows(conn), conn.execute(stream).fetchall()
+        assert len(before_stream) >= 9, "not vacuous: accepted, processing, committed per operation"
+
+        # Up to its own target only: later migrations move rows on purpose (each has its own test).
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        assert _rows_kept(conn, before) == before
+        assert conn.execute(stream).fetchall() == before_stream
+        assert conn.execute("SELECT count(*) FROM prme.owner_streams").fetchone() == (0,)
+        conn.execute(
+            "SELECT prme.submit_operation('alice', 'dddddddd-0000-4000-8000-0000000000ff', 2, 'add_event', '{}',"
+            ' prme.payload_hash(\'{"content": "after"}\'), \'{"content": "after"}\')'
+        )
+        after = conn.execute(stream).fetchall()
+        assert after[: len(before_stream)] == before_stream and len(after) == len(before_stream) + 1
 
 
 FILL_HOT_PATH = """
@@ -437,149 +431,132 @@ def test_upgrading_to_hot_path_loses_nothing(pg_server: testing.Server) -> None:
     """A database filled through the release before 0014_hot_path upgrades with every key still
     replaying and conflicting, every outcome still counted and listed, the same maintenance
     report, a clean journal, and confirmations that from then on write only node and journal."""
-    every = migrations.load_migrations()
-    target = next(m.version for m in every if m.name == "hot_path")
-    name = testing.create_database(pg_server, prefix="prme_upgrade")
-    try:
-        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
-            migrations.migrate(conn, [m for m in every if m.version < target])
-            conn.execute(FILL_BEFORE.encode())
-            conn.execute(FILL_HOT_PATH.encode())
-            reports = {
-                owner: conn.execute(
+    with filled_before(pg_server, "hot_path") as (conn, every, target):
+        conn.execute(FILL_HOT_PATH.encode())
+        reports = {
+            owner: conn.execute(
+                "SELECT r::text FROM prme.maintenance_report(%s, %s) AS r ORDER BY 1", [owner, as_of]
+            ).fetchall()
+            for owner in ("alice", "carol")
+            for as_of in ("2030-01-01",)
+        }
+        past = "SELECT r::text FROM prme.maintenance_report('carol', now() - interval '1 hour') AS r ORDER BY 1"
+        before, before_reads, before_past = _rows(conn), _outcome_reads(conn), conn.execute(past).fetchall()
+        assert any(r != ([], []) for r in before_reads.values()), "not vacuous"
+        assert any(rows for rows in reports.values()), "not vacuous"
+        keys_before = conn.execute("SELECT operation, count(*) FROM prme.request_keys GROUP BY 1 ORDER BY 1")
+        assert keys_before.fetchall() == [("record_outcome", 1), ("reinforce", 5)]
+
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        after = _rows(conn)
+        # The rows that moved: reinforce keys went into their journal records, confirmation
+        # counts onto their nodes; nothing else changed.
+        for table in ("nodes", "journal", "request_keys", "node_maintenance"):
+            after.pop(table), before.pop(table)
+        assert after == before, "outcome rows (old confirmations' included) and all else kept"
+        assert conn.execute("SELECT operation FROM prme.request_keys").fetchall() == [("record_outcome",)]
+        assert conn.execute(
+            "SELECT count(*) FROM prme.journal WHERE request_id IS NOT NULL AND key_namespace IS NOT NULL"
+        ).fetchone() == (5,)
+        assert _outcome_reads(conn) == before_reads, "summaries and outcome lists (ids too) unchanged"
+        for (owner, as_of), rows in zip(
+            [(o, a) for o in ("alice", "carol") for a in ("2030-01-01",)], reports.values(), strict=True
+        ):
+            assert (
+                conn.execute(
                     "SELECT r::text FROM prme.maintenance_report(%s, %s) AS r ORDER BY 1", [owner, as_of]
                 ).fetchall()
-                for owner in ("alice", "carol")
-                for as_of in ("2030-01-01",)
-            }
-            past = "SELECT r::text FROM prme.maintenance_report('carol', now() - interval '1 hour') AS r ORDER BY 1"
-            before, before_reads, before_past = _rows(conn), _outcome_reads(conn), conn.execute(past).fetchall()
-            assert any(r != ([], []) for r in before_reads.values()), "not vacuous"
-            assert any(rows for rows in reports.values()), "not vacuous"
-            keys_before = conn.execute("SELECT operation, count(*) FROM prme.request_keys GROUP BY 1 ORDER BY 1")
-            assert keys_before.fetchall() == [("record_outcome", 1), ("reinforce", 5)]
-
-            assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
-            after = _rows(conn)
-            # The rows that moved: reinforce keys went into their journal records, confirmation
-            # counts onto their nodes; nothing else changed.
-            for table in ("nodes", "journal", "request_keys", "node_maintenance"):
-                after.pop(table), before.pop(table)
-            assert after == before, "outcome rows (old confirmations' included) and all else kept"
-            assert conn.execute("SELECT operation FROM prme.request_keys").fetchall() == [("record_outcome",)]
-            assert conn.execute(
-                "SELECT count(*) FROM prme.journal WHERE request_id IS NOT NULL AND key_namespace IS NOT NULL"
-            ).fetchone() == (5,)
-            assert _outcome_reads(conn) == before_reads, "summaries and outcome lists (ids too) unchanged"
-            for (owner, as_of), rows in zip(
-                [(o, a) for o in ("alice", "carol") for a in ("2030-01-01",)], reports.values(), strict=True
-            ):
-                assert (
-                    conn.execute(
-                        "SELECT r::text FROM prme.maintenance_report(%s, %s) AS r ORDER BY 1", [owner, as_of]
-                    ).fetchall()
-                    == rows
-                )
-            assert conn.execute(past).fetchall() == before_past
-            for owner in ("alice", "bob", "carol"):
-                assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
-            replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
-            assert {row[0] for row in conn.execute(replay)} == {True}
-
-            # Every stored key still replays, writing nothing ...
-            stored = _rows(conn)
-            replays = [
-                "SELECT replayed FROM prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol',"
-                " 'eeeeeeee-0000-4000-8000-000000000012', 'a0000000-1200-4000-8000-000000000001')",
-                "SELECT replayed FROM prme.reinforce('cccccccc-1200-4000-8000-000000000003', 'carol', NULL,"
-                " 'a0000000-1200-4000-8000-000000000003')",
-                "SELECT replayed FROM prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002',"
-                " 'explicit_reinforcement', request_id => 'b0000000-1200-4000-8000-000000000001')",
-                "SELECT replayed FROM prme.reinforce('aaaaaaaa-0000-4000-8000-000000000001', 'alice',"
-                " 'eeeeeeee-0000-4000-8000-000000000001', 'cccccccc-0000-4000-8000-000000000001')",
-            ]
-            for statement in replays:
-                assert conn.execute(statement).fetchone() == (True,), statement
-            assert _rows(conn) == stored, "replays wrote nothing"
-            # ... and still conflicts with any other use, whichever kind of call stored it.
-            conflicts = [
-                "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol', NULL,"
-                " 'a0000000-1200-4000-8000-000000000001')",
-                "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol', NULL,"
-                " 'a0000000-1200-4000-8000-000000000001')",
-                "SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000001', 'implicit_success',"
-                " request_id => 'a0000000-1200-4000-8000-000000000002')",
-                "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol', NULL,"
-                " 'b0000000-1200-4000-8000-000000000001')",
-                "SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002', 'implicit_success',"
-                " request_id => 'b0000000-1200-4000-8000-000000000001')",
-            ]
-            for statement in conflicts:
-                assert _sqlstate(conn, statement) == "PR409", statement
-            assert _rows(conn) == stored, "conflicts wrote nothing"
-
-            # A fresh confirmation now writes its node and one journal record, nothing else,
-            # and counts as an outcome.
-            conn.execute(
-                "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000003', 'carol', NULL,"
-                " 'a0000000-1200-4000-8000-000000000099')"
+                == rows
             )
-            fresh = _rows(conn)
-            changed = {t for t in fresh if fresh[t] != stored[t]}
-            assert changed == {"nodes", "journal"}
-            assert len(fresh["journal"]) == len(stored["journal"]) + 1
-            summary = "SELECT explicit_reinforcements FROM prme.outcome_summary('carol', %s)"
-            assert conn.execute(summary, [CAROL_NODES[2]]).fetchone() == (2,)
-    finally:
-        testing.drop_database(pg_server, name)
+        assert conn.execute(past).fetchall() == before_past
+        for owner in ("alice", "bob", "carol"):
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+        replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
+        assert {row[0] for row in conn.execute(replay)} == {True}
+
+        # Every stored key still replays, writing nothing ...
+        stored = _rows(conn)
+        replays = [
+            "SELECT replayed FROM prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol',"
+            " 'eeeeeeee-0000-4000-8000-000000000012', 'a0000000-1200-4000-8000-000000000001')",
+            "SELECT replayed FROM prme.reinforce('cccccccc-1200-4000-8000-000000000003', 'carol', NULL,"
+            " 'a0000000-1200-4000-8000-000000000003')",
+            "SELECT replayed FROM prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002',"
+            " 'explicit_reinforcement', request_id => 'b0000000-1200-4000-8000-000000000001')",
+            "SELECT replayed FROM prme.reinforce('aaaaaaaa-0000-4000-8000-000000000001', 'alice',"
+            " 'eeeeeeee-0000-4000-8000-000000000001', 'cccccccc-0000-4000-8000-000000000001')",
+        ]
+        for statement in replays:
+            assert conn.execute(statement).fetchone() == (True,), statement
+        assert _rows(conn) == stored, "replays wrote nothing"
+        # ... and still conflicts with any other use, whichever kind of call stored it.
+        conflicts = [
+            "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol', NULL,"
+            " 'a0000000-1200-4000-8000-000000000001')",
+            "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol', NULL,"
+            " 'a0000000-1200-4000-8000-000000000001')",
+            "SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000001', 'implicit_success',"
+            " request_id => 'a0000000-1200-4000-8000-000000000002')",
+            "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000002', 'carol', NULL,"
+            " 'b0000000-1200-4000-8000-000000000001')",
+            "SELECT prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002', 'implicit_success',"
+            " request_id => 'b0000000-1200-4000-8000-000000000001')",
+        ]
+        for statement in conflicts:
+            assert _sqlstate(conn, statement) == "PR409", statement
+        assert _rows(conn) == stored, "conflicts wrote nothing"
+
+        # A fresh confirmation now writes its node and one journal record, nothing else,
+        # and counts as an outcome.
+        conn.execute(
+            "SELECT prme.reinforce('cccccccc-1200-4000-8000-000000000003', 'carol', NULL,"
+            " 'a0000000-1200-4000-8000-000000000099')"
+        )
+        fresh = _rows(conn)
+        changed = {t for t in fresh if fresh[t] != stored[t]}
+        assert changed == {"nodes", "journal"}
+        assert len(fresh["journal"]) == len(stored["journal"]) + 1
+        summary = "SELECT explicit_reinforcements FROM prme.outcome_summary('carol', %s)"
+        assert conn.execute(summary, [CAROL_NODES[2]]).fetchone() == (2,)
 
 
 def test_upgrading_to_recall_words_recomputes_search_and_loses_nothing(pg_server: testing.Server) -> None:
     """A database filled through the release before recall_words upgrades with every row
     kept as it was but nodes.search, which now holds the recall words of each memory (so old
     memories match as new ones do), and nothing journaled."""
-    every = migrations.load_migrations()
-    target = next(m.version for m in every if m.name == "recall_words")
-    name = testing.create_database(pg_server, prefix="prme_upgrade")
-    try:
-        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
-            migrations.migrate(conn, [m for m in every if m.version < target])
-            conn.execute(FILL_BEFORE.encode())
-            conn.execute("SELECT prme.add_node('alice', 'Classes of coffee: espresso-based drinks')")
-            old_words = "SELECT tsvector_to_array(search) FROM prme.nodes WHERE content LIKE 'Classes%'"
-            assert any(w.endswith("/espresso-bas") for w in conn.execute(old_words).fetchone()[0]), "english stems"
+    with filled_before(pg_server, "recall_words") as (conn, every, target):
+        conn.execute("SELECT prme.add_node('alice', 'Classes of coffee: espresso-based drinks')")
+        old_words = "SELECT tsvector_to_array(search) FROM prme.nodes WHERE content LIKE 'Classes%'"
+        assert any(w.endswith("/espresso-bas") for w in conn.execute(old_words).fetchone()[0]), "english stems"
 
-            def without_search() -> dict[str, list[str]]:
-                rows = _rows(conn)
-                rows["nodes"] = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT (to_jsonb(n) - 'search')::text FROM prme.nodes AS n ORDER BY 1"
-                    ).fetchall()
-                ]
-                return rows
-
-            before = without_search()
-            migrations.migrate(conn, [m for m in every if m.version <= target])
-            assert without_search() == before
-            stale = conn.execute(
-                "SELECT count(*) FROM prme.nodes"
-                " WHERE search <> array_to_tsvector(prme._owner_lexemes(user_id, content))"
-            ).fetchone()
-            assert stale == (0,)
-            key = conn.execute("SELECT left(encode(sha256('alice'::bytea), 'hex'), 16)").fetchone()[0]
-            assert sorted(conn.execute(old_words).fetchone()[0]) == sorted(
-                f"{key}/{w}" for w in ("classe", "coffee", "drink", "espresso", "based")
-            )
-            hits = conn.execute("SELECT content FROM prme.recall('alice', 'coffee drinks')").fetchall()
-            assert [h[0] for h in hits] == [
-                "Classes of coffee: espresso-based drinks",
-                "alice prefers green tea over coffee",
+        def without_search() -> dict[str, list[str]]:
+            rows = _rows(conn)
+            rows["nodes"] = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT (to_jsonb(n) - 'search')::text FROM prme.nodes AS n ORDER BY 1"
+                ).fetchall()
             ]
-            for owner in ("alice", "bob"):
-                assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
-    finally:
-        testing.drop_database(pg_server, name)
+            return rows
+
+        before = without_search()
+        migrations.migrate(conn, [m for m in every if m.version <= target])
+        assert without_search() == before
+        stale = conn.execute(
+            "SELECT count(*) FROM prme.nodes WHERE search <> array_to_tsvector(prme._owner_lexemes(user_id, content))"
+        ).fetchone()
+        assert stale == (0,)
+        key = conn.execute("SELECT left(encode(sha256('alice'::bytea), 'hex'), 16)").fetchone()[0]
+        assert sorted(conn.execute(old_words).fetchone()[0]) == sorted(
+            f"{key}/{w}" for w in ("classe", "coffee", "drink", "espresso", "based")
+        )
+        hits = conn.execute("SELECT content FROM prme.recall('alice', 'coffee drinks')").fetchall()
+        assert [h[0] for h in hits] == [
+            "Classes of coffee: espresso-based drinks",
+            "alice prefers green tea over coffee",
+        ]
+        for owner in ("alice", "bob"):
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
 
 
 def test_upgrading_to_correction_phrases_keeps_the_inbox_and_changes_the_rules(pg_server: testing.Server) -> None:
@@ -587,29 +564,21 @@ def test_upgrading_to_correction_phrases_keeps_the_inbox_and_changes_the_rules(p
     kept as it was (an inbox entry that listed a candidate twice keeps both), and the new rules
     answer from then on: a bare "No." is no correction, "use X instead" is one, and a candidate
     listed twice is stored once."""
-    every = migrations.load_migrations()
-    target = next(m.version for m in every if m.name == "correction_phrases")
-    name = testing.create_database(pg_server, prefix="prme_upgrade")
-    try:
-        with psycopg.connect(pg_server.dsn_for(name), autocommit=True) as conn:
-            migrations.migrate(conn, [m for m in every if m.version < target])
-            conn.execute(FILL_BEFORE.encode())
-            lyon = "aaaaaaaa-0000-4000-8000-000000000002"
-            twice = "SELECT inbox_id FROM prme.link_correction('alice', 'Stop that', ARRAY[%s, %s]::uuid[])"
-            old_entry = conn.execute(twice, [lyon, lyon]).fetchone()[0]
-            detect = "SELECT prme.is_correction(m) FROM unnest(%s::text[]) AS t (m)"
-            messages = ["No.", "Don't worry about it", "Use pathlib instead", "Looks good\ndon't push to main"]
-            assert [r[0] for r in conn.execute(detect, [messages])] == [True, True, False, False]
+    with filled_before(pg_server, "correction_phrases") as (conn, every, target):
+        lyon = "aaaaaaaa-0000-4000-8000-000000000002"
+        twice = "SELECT inbox_id FROM prme.link_correction('alice', 'Stop that', ARRAY[%s, %s]::uuid[])"
+        old_entry = conn.execute(twice, [lyon, lyon]).fetchone()[0]
+        detect = "SELECT prme.is_correction(m) FROM unnest(%s::text[]) AS t (m)"
+        messages = ["No.", "Don't worry about it", "Use pathlib instead", "Looks good\ndon't push to main"]
+        assert [r[0] for r in conn.execute(detect, [messages])] == [True, True, False, False]
 
-            before = _rows(conn)
-            migrations.migrate(conn, [m for m in every if m.version <= target])
-            assert _rows_kept(conn, before) == before
-            stored = "SELECT candidate_node_ids::text[] FROM prme.correction_inbox WHERE user_id = 'alice' AND id = %s"
-            assert conn.execute(stored, [old_entry]).fetchone()[0] == [lyon, lyon]
-            assert [r[0] for r in conn.execute(detect, [messages])] == [False, False, True, True]
-            new_entry = conn.execute(twice, [lyon, lyon]).fetchone()[0]
-            assert conn.execute(stored, [new_entry]).fetchone()[0] == [lyon]
-            for owner in ("alice", "bob"):
-                assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
-    finally:
-        testing.drop_database(pg_server, name)
+        before = _rows(conn)
+        migrations.migrate(conn, [m for m in every if m.version <= target])
+        assert _rows_kept(conn, before) == before
+        stored = "SELECT candidate_node_ids::text[] FROM prme.correction_inbox WHERE user_id = 'alice' AND id = %s"
+        assert conn.execute(stored, [old_entry]).fetchone()[0] == [lyon, lyon]
+        assert [r[0] for r in conn.execute(detect, [messages])] == [False, False, True, True]
+        new_entry = conn.execute(twice, [lyon, lyon]).fetchone()[0]
+        assert conn.execute(stored, [new_entry]).fetchone()[0] == [lyon]
+        for owner in ("alice", "bob"):
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
