@@ -18,9 +18,11 @@ migrations, and generates one owner's data set-based with generate_series:
 * outcome events, 1 to 9 per memory (5 on average, exactly 5 x memories in total):
   10 % explicit_reinforcement, 60 % implicit_success, 25 % neutral_exposure,
   5 % explicit_correction, all recorded before now;
-* the bookkeeping rebuilt set-based from memories and events (prme._rebuild_node_maintenance:
-  the triggers that keep it during normal writes are off for the bulk load), and a review
-  state for every tenth memory (with what it leaves pending, as a review sets it).
+* the outcome totals on each memory rebuilt set-based from the events
+  (prme._rebuild_outcome_totals: the bulk load bypasses prme._add_outcome, which keeps them
+  during normal writes; the memories' table is then compacted with VACUUM FULL, as a
+  load that wrote the totals with the memories would have left it), and a review state
+  for every tenth memory (with what it leaves pending, as a review sets it).
 
 The generator inserts rows directly, as a bulk load would, with foreign-key triggers
 off (session_replication_role = replica); the rows are consistent by construction. No
@@ -38,10 +40,10 @@ backend plus any parallel workers, from /proc: robust on a shared machine):
   decides for the scan, and off inside the report, which sets jit = off itself);
 * with --previous, the report as migration 0003 released it, created under another name
   from that file's text, measured in the same rounds: before and after side by side;
-* with --floor, a function that does only what no report can avoid: a scan of
-  prme.node_maintenance with 0003's first cut (on the raw counts, not on 0008's report
-  columns; kept so floors compare across releases), and its rows (same columns) into the
-  function's result, nothing computed. What the report costs beyond it is its rules.
+* with --floor, a function that does only what no report can avoid: a scan of the
+  memories (prme.nodes, which holds their bookkeeping since 0017_report_on_the_memory_row)
+  with 0003's first cut on the raw counts, and its rows (same columns) into the function's
+  result, nothing computed. What the report costs beyond it is its rules.
 
 Both sides read warm pages from shared buffers: the run ends by checking, with EXPLAIN
 (BUFFERS), that the baseline scan read no page from outside them, and says so in red if
@@ -93,17 +95,16 @@ DECLARE
     v_as_of timestamptz := now();
 BEGIN
     RETURN QUERY
-    SELECT k.node_id, '{review_due}'::text[], n.lifecycle_state, n.stability, NULL::text, n.confidence_base::numeric,
-        n.confidence_base::numeric, n.next_review_at, 1, 0, k.explicit_reinforcements + n.reinforcements,
-        k.implicit_successes, k.explicit_corrections
+    SELECT n.id, '{review_due}'::text[], n.lifecycle_state, n.stability, NULL::text, n.confidence_base::numeric,
+        n.confidence_base::numeric, n.next_review_at, 1, 0, n.recorded_reinforcements + n.reinforcements,
+        n.implicit_successes, n.explicit_corrections
     FROM prme.nodes AS n
-    INNER JOIN prme.node_maintenance AS k ON k.user_id = n.user_id AND k.node_id = n.id
     WHERE n.user_id = report_floor.user_id
       AND n.lifecycle_state IN ('active', 'contested')
       AND (n.next_review_at <= v_as_of
-           OR k.explicit_corrections > k.reviewed_explicit_corrections
-           OR k.explicit_reinforcements + n.reinforcements >= k.reviewed_explicit_reinforcements + 2
-           OR k.implicit_successes >= k.reviewed_implicit_successes + 5);
+           OR n.explicit_corrections > n.reviewed_explicit_corrections
+           OR n.recorded_reinforcements + n.reinforcements >= n.reviewed_explicit_reinforcements + 2
+           OR n.implicit_successes >= n.reviewed_implicit_successes + 5);
 END;
 $$
 """
@@ -172,15 +173,15 @@ CROSS JOIN LATERAL (
 """
 
 STATE_SQL = """
-UPDATE prme.node_maintenance AS k SET
-    reviewed_explicit_reinforcements = k.explicit_reinforcements / 2,
-    reviewed_implicit_successes = k.implicit_successes / 2,
-    reviewed_neutral_exposures = k.neutral_exposures / 2,
-    reviewed_explicit_corrections = k.explicit_corrections / 2,
+UPDATE prme.nodes AS n SET
+    reviewed_explicit_reinforcements = n.recorded_reinforcements / 2,
+    reviewed_implicit_successes = n.implicit_successes / 2,
+    reviewed_neutral_exposures = n.neutral_exposures / 2,
+    reviewed_explicit_corrections = n.explicit_corrections / 2,
     reviewed_at = now() - interval '10 days',
-    decay_anchor = k.next_review_at,
-    decay_cycles = CASE WHEN k.next_review_at < now() THEN 1 ELSE 0 END
-WHERE k.user_id = 'bench' AND ('x' || substr(md5(k.node_id::text), 1, 8))::bit(32)::integer % 10 = 0
+    decay_anchor = n.next_review_at,
+    decay_cycles = CASE WHEN n.next_review_at < now() THEN 1 ELSE 0 END
+WHERE n.user_id = 'bench' AND ('x' || substr(md5(n.id::text), 1, 8))::bit(32)::integer % 10 = 0
 """
 
 
@@ -253,9 +254,12 @@ def _load(conn: psycopg.Connection[Any], nodes: int) -> dict[str, float]:
     }
     conn.execute("RESET session_replication_role")
     load["bookkeeping"] = _step(
-        "bookkeeping (set-based rebuild)", lambda: conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (USER,))
+        "bookkeeping (set-based rebuild)", lambda: conn.execute("SELECT prme._rebuild_outcome_totals(%s)", (USER,))
     )
     load["review_state"] = _step("review state", lambda: conn.execute(STATE_SQL.encode()))
+    # The rebuild wrote every memory once more: compact the table as a load that wrote the
+    # totals with the memories would have left it (fillfactor 90 kept).
+    load["compact"] = _step("vacuum full memories", lambda: conn.execute("VACUUM (FULL) prme.nodes"))
     load["vacuum"] = _step("vacuum analyze", lambda: conn.execute("VACUUM (ANALYZE, FREEZE)"))
     return load
 
@@ -266,12 +270,15 @@ def _install_previous(conn: psycopg.Connection[Any]) -> None:
     start = text.index("CREATE FUNCTION prme.maintenance_report(")
     body = text[start : text.index("$$;", start) + 3]
     body = body.replace("prme.maintenance_report(", "prme_bench.maintenance_report_0003(")
-    # It read confidence_base from the bookkeeping row, which no longer mirrors it (0014):
-    # the same row with the memory's confidence (this data has no confirmations).
+    # It read a bookkeeping row per memory: the same columns, from the memory's row since
+    # 0017_report_on_the_memory_row (this data has no confirmations: the outcome rows are all).
     body = body.replace(
         "prme.node_maintenance AS k",
-        "(SELECT m.*, n.confidence_base FROM prme.node_maintenance AS m"
-        " JOIN prme.nodes AS n ON n.user_id = m.user_id AND n.id = m.node_id) AS k",
+        "(SELECT n.user_id, n.id AS node_id, n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile,"
+        " n.confidence_base, n.recorded_reinforcements AS explicit_reinforcements, n.implicit_successes,"
+        " n.neutral_exposures, n.explicit_corrections, n.last_outcome_at, n.reviewed_explicit_reinforcements,"
+        " n.reviewed_implicit_successes, n.reviewed_neutral_exposures, n.reviewed_explicit_corrections,"
+        " n.decay_anchor, n.decay_cycles FROM prme.nodes AS n) AS k",
     )
     conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
     conn.execute(body.replace("maintenance_report.", "maintenance_report_0003.").encode())
@@ -324,8 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             load = _load(conn, nodes)
             outcomes = int(conn.execute("SELECT count(*) FROM prme.outcomes").fetchone()[0])  # type: ignore[index]
             sizes = conn.execute(
-                "SELECT pg_relation_size('prme.outcomes') / 1048576,"
-                " pg_relation_size('prme.node_maintenance') / 1048576, pg_relation_size('prme.nodes') / 1048576"
+                "SELECT pg_relation_size('prme.outcomes') / 1048576, pg_relation_size('prme.nodes') / 1048576"
             ).fetchone()
             assert sizes is not None
             meter = CpuMeter(postmaster_pid, int(conn.execute("SELECT pg_backend_pid()").fetchone()[0]))  # type: ignore[index]
@@ -343,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 conn.execute(FLOOR_FUNCTION.encode())
             measures = _measure(conn, meter, args.runs, args.previous, args.floor)
             # Fairness: the baseline must read its pages from shared buffers, as the report
-            # reads prme.node_maintenance, not from the kernel's cache (a table over a quarter
+            # reads prme.nodes, not from the kernel's cache (a table over a quarter
             # of shared_buffers is scanned through a small ring of buffers).
             conn.execute("SET max_parallel_workers_per_gather = 0")
             explained = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT count(*) FROM prme.outcomes")
@@ -370,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": SERVER_SETTINGS,
         "memories": nodes,
         "outcomes": outcomes,
-        "table_mb": {"outcomes": int(sizes[0]), "node_maintenance": int(sizes[1]), "nodes": int(sizes[2])},
+        "table_mb": {"outcomes": int(sizes[0]), "nodes": int(sizes[1])},
         "load_seconds": {k: round(v, 1) for k, v in load.items()},
         "report_rows": report.value,
         "recommendations": kinds,
@@ -434,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("" if scan_buffers[1] == 0 else " [red](not all in shared buffers: the comparison is unfair)[/]")
     )
     console.print(
-        f"tables: outcomes {sizes[0]} MB, node_maintenance {sizes[1]} MB, nodes {sizes[2]} MB; recommendations: "
+        f"tables: outcomes {sizes[0]} MB, nodes {sizes[1]} MB; recommendations: "
         + ", ".join(f"{k} {v:,}" for k, v in kinds.items())
     )
     verdict = "[green]PASS[/]" if result["passed"] else "[red]FAIL[/]"

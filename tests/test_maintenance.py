@@ -102,7 +102,7 @@ def _assert_sound(conn: psycopg.Connection[Any], user_id: str = "alice") -> None
     # A set-based rebuild of the bookkeeping (mirror and running totals) from the
     # nodes and the outcome events finds nothing to change.
     with conn.transaction(force_rollback=True):
-        assert _one(conn, "SELECT prme._rebuild_node_maintenance(%s)", user_id) == 0
+        assert _one(conn, "SELECT prme._rebuild_outcome_totals(%s)", user_id) == 0
 
 
 # ---------------------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_same_key_from_16_connections_records_once(conn: psycopg.Connection[Any]
     assert sum(not r["replayed"] for r in rows) == 1
     assert len({r["id"] for r in rows}) == 1, "every replay returns the one stored outcome"
     assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE node_id = %s", node_id) == 1
-    assert _one(conn, "SELECT implicit_successes FROM prme.node_maintenance WHERE node_id = %s", node_id) == 1
+    assert _one(conn, "SELECT implicit_successes FROM prme.nodes WHERE id = %s", node_id) == 1
     assert _one(conn, "SELECT count(*) FROM prme.request_keys WHERE request_id = %s", key) == 1
     _assert_sound(conn)
 
@@ -210,7 +210,7 @@ def test_aborted_record_outcome_leaves_no_key_and_no_event(conn: psycopg.Connect
         assert not _record(node_id, "implicit_success", key)(tx)["replayed"]
         tx.rollback()
     assert _one(conn, "SELECT count(*) FROM prme.outcomes WHERE node_id = %s", node_id) == 0
-    assert _one(conn, "SELECT implicit_successes FROM prme.node_maintenance WHERE node_id = %s", node_id) == 0
+    assert _one(conn, "SELECT implicit_successes FROM prme.nodes WHERE id = %s", node_id) == 0
     assert not _record(node_id, "implicit_success", key)(conn)["replayed"], "the key must not survive the rollback"
 
 
@@ -332,7 +332,7 @@ def test_decay_is_charged_once_per_cycle_as_time_passes(conn: psycopg.Connection
     assert run("20 days") == [("decay_confidence", "applied")]  # cycle 3 (20 days = 2 full cadences)
     assert run("20 days") == []
     assert confidence() == Decimal("0.45")
-    assert _one(conn, "SELECT decay_cycles FROM prme.node_maintenance WHERE node_id = %s", node_id) == 3
+    assert _one(conn, "SELECT decay_cycles FROM prme.nodes WHERE id = %s", node_id) == 3
     assert _one(conn, "SELECT count(*) FROM prme.journal WHERE node_id = %s AND op = 'decay_confidence'", node_id) == 3
 
     # A review resets the cadence: nothing more is due.
@@ -369,7 +369,7 @@ def test_review_and_outcomes_racing_leave_consistent_state(conn: psycopg.Connect
     assert all(isinstance(r, dict) for r in results), results
 
     total, settled = conn.execute(
-        "SELECT explicit_corrections, reviewed_explicit_corrections FROM prme.node_maintenance WHERE node_id = %s",
+        "SELECT explicit_corrections, reviewed_explicit_corrections FROM prme.nodes WHERE id = %s",
         (node_id,),
     ).fetchone() or (None, None)
     assert total == THREADS - THREADS // 4
@@ -509,6 +509,8 @@ CROSS JOIN LATERAL (
         CASE WHEN q.r < 20 THEN 1.0 WHEN q.r < 70 THEN 0.2 WHEN q.r < 85 THEN 0 ELSE -1.0 END AS weight
 ) AS k
 """
+# The review and decay states of VARIED_STATES as of 0006 (bookkeeping rows); since
+# 0017_report_on_the_memory_row they live on the memory's row (VARIED_STATES_ON_NODES).
 VARIED_STATES = """
 UPDATE prme.node_maintenance AS k SET
     reviewed_explicit_reinforcements = k.explicit_reinforcements / 2,
@@ -522,6 +524,27 @@ FROM (SELECT node_id, ('x' || substr(md5(node_id::text), 1, 8))::bit(32)::intege
       FROM prme.node_maintenance) AS x
 WHERE x.node_id = k.node_id AND x.h % 3 > 0
 """
+VARIED_STATES_ON_NODES = """
+UPDATE prme.nodes AS n SET
+    reviewed_explicit_reinforcements = n.recorded_reinforcements / 2,
+    reviewed_implicit_successes = n.implicit_successes / 2,
+    reviewed_neutral_exposures = n.neutral_exposures / 2,
+    reviewed_explicit_corrections = n.explicit_corrections / 2,
+    reviewed_at = now() - interval '3 days',
+    decay_anchor = CASE WHEN x.h % 3 = 0 THEN n.next_review_at - interval '1 day' ELSE n.next_review_at END,
+    decay_cycles = x.h % 4
+FROM (SELECT id, ('x' || substr(md5(id::text), 1, 8))::bit(32)::integer & 1023 AS h FROM prme.nodes) AS x
+WHERE x.id = n.id AND x.h % 3 > 0
+"""
+# The first release read a bookkeeping row per memory (0003): the same columns, from the
+# memory's row. The data here has no confirmations, so the outcome rows are all of them.
+FIRST_RELEASE_BOOKKEEPING = (
+    "(SELECT n.user_id, n.id AS node_id, n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile,"
+    " n.confidence_base, n.recorded_reinforcements AS explicit_reinforcements, n.implicit_successes,"
+    " n.neutral_exposures, n.explicit_corrections, n.last_outcome_at, n.reviewed_explicit_reinforcements,"
+    " n.reviewed_implicit_successes, n.reviewed_neutral_exposures, n.reviewed_explicit_corrections,"
+    " n.decay_anchor, n.decay_cycles FROM prme.nodes AS n) AS k"
+)
 
 
 def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection[Any]) -> None:
@@ -531,29 +554,20 @@ def test_report_returns_what_its_first_release_returned(conn: psycopg.Connection
     conn.execute("CREATE SCHEMA first_release")
     # The same body under another name: its qualified references (maintenance_report.user_id)
     # still name the function, which is called maintenance_report in either schema.
-    # It read confidence_base from the bookkeeping row, which no longer mirrors it (0014): the
-    # same row with the memory's confidence. The data below has no confirmations, so the
-    # bookkeeping's explicit_reinforcements are all of them.
-    first = first.replace(
-        "prme.node_maintenance AS k",
-        "(SELECT m.*, n.confidence_base FROM prme.node_maintenance AS m"
-        " JOIN prme.nodes AS n ON n.user_id = m.user_id AND n.id = m.node_id) AS k",
-    )
+    first = first.replace("prme.node_maintenance AS k", FIRST_RELEASE_BOOKKEEPING)
     conn.execute(first.replace("prme.maintenance_report(", "first_release.maintenance_report(").encode())
-    conn.execute("SET session_replication_role = replica")  # a bulk load: the mirror trigger is off
+    conn.execute("SET session_replication_role = replica")  # a bulk load, as the benchmark does
     conn.execute(VARIED_MEMORIES.encode())
     conn.execute(VARIED_OUTCOMES.encode())
     conn.execute("RESET session_replication_role")
     for owner in ("alice", "bob"):
-        conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (owner,))
-    conn.execute(VARIED_STATES.encode())
-    # The review states were written directly: what is pending follows from a rebuild.
-    for owner in ("alice", "bob"):
-        conn.execute("SELECT prme._rebuild_node_maintenance(%s)", (owner,))
+        assert _one(conn, "SELECT prme._rebuild_outcome_totals(%s)", owner) > 0
+    conn.execute(VARIED_STATES_ON_NODES.encode())
     pending = (
         "SELECT count(*) FILTER (WHERE prme._maintenance_moves(stability, lifecycle_state,"
-        " explicit_reinforcements - reviewed_explicit_reinforcements, implicit_successes - reviewed_implicit_successes,"
-        " explicit_corrections - reviewed_explicit_corrections) > 0) FROM prme.node_maintenance"
+        " recorded_reinforcements - reviewed_explicit_reinforcements,"
+        " implicit_successes - reviewed_implicit_successes,"
+        " explicit_corrections - reviewed_explicit_corrections) > 0) FROM prme.nodes"
     )
     assert _one(conn, pending) > 500
     assert _one(conn, "SELECT sum(reinforcements) FROM prme.nodes") == 0
@@ -625,27 +639,20 @@ def _assert_report_columns(rows: list[Row]) -> None:
 
 
 def test_every_writer_keeps_the_bookkeeping(conn: psycopg.Connection[Any]) -> None:
-    """The bookkeeping row mirrors its memory's schedule (review_due_at with it) after each kind
-    of write (add_node, outcomes, reinforce, mark_reviewed, every patch op, archive), and what
-    the outcomes since the last review call for, counted over outcome rows and the confirmations
-    on the node, reaches every code."""
+    """The bookkeeping on each memory's row stays right after each kind of write (add_node,
+    outcomes, reinforce, mark_reviewed, every patch op, archive): its totals are what a rebuild
+    from the outcome rows computes, and what the outcomes since the last review call for,
+    counted over outcome rows and the confirmations on the node, reaches every code."""
     bookkeeping = (
-        "SELECT to_jsonb(k) || jsonb_build_object('explicit_reinforcements',"
-        " k.explicit_reinforcements + n.reinforcements, 'node', to_jsonb(n))"
-        " FROM prme.node_maintenance AS k JOIN prme.nodes AS n ON n.user_id = k.user_id AND n.id = k.node_id"
-        " WHERE k.user_id = 'alice'"
+        "SELECT to_jsonb(n) || jsonb_build_object('explicit_reinforcements',"
+        " n.recorded_reinforcements + n.reinforcements) FROM prme.nodes AS n WHERE n.user_id = 'alice'"
     )
     seen: set[int] = set()
 
     def check() -> None:
-        rows = [r[0] for r in conn.execute(bookkeeping)]
-        for row in rows:
-            node = row["node"]
-            mirrored = ("stability", "lifecycle_state", "next_review_at", "decay_profile")
-            assert {c: row[c] for c in mirrored} == {c: node[c] for c in mirrored}, row
-            due_at = row["next_review_at"] if row["lifecycle_state"] in ("active", "contested") else None
-            assert row["review_due_at"] == due_at, row
-        seen.update(_moves(r) for r in rows)
+        with conn.transaction(force_rollback=True):
+            assert _one(conn, "SELECT prme._rebuild_outcome_totals('alice')") == 0
+        seen.update(_moves(r[0]) for r in conn.execute(bookkeeping))
 
     ids = _maintenance_fixture(conn)  # add_node, then corrections or reinforcements
     for stability in ("low", "semi-stable"):

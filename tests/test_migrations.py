@@ -7,6 +7,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -582,3 +583,130 @@ def test_upgrading_to_correction_phrases_keeps_the_inbox_and_changes_the_rules(p
         assert conn.execute(stored, [new_entry]).fetchone()[0] == [lyon]
         for owner in ("alice", "bob"):
             assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+
+
+FILL_REPORT_ON_THE_MEMORY_ROW = """
+SELECT prme.add_node('dave', 'dave walks the dog', node_id => 'dddddddd-1700-4000-8000-000000000001',
+                     next_review_at => now() - interval '20 days', stability => 'semi-stable');
+SELECT prme.add_node('dave', 'dave bakes bread', node_id => 'dddddddd-1700-4000-8000-000000000002',
+                     next_review_at => now() - interval '3 days');
+SELECT prme.record_outcome('dave', 'dddddddd-1700-4000-8000-000000000002', 'implicit_success')
+FROM generate_series(1, 6);
+SELECT prme.record_outcome('dave', 'dddddddd-1700-4000-8000-000000000002', 'neutral_exposure',
+                           request_id => 'd0000000-1700-4000-8000-000000000001');
+SELECT prme.reinforce('dddddddd-1700-4000-8000-000000000001', 'dave', NULL, 'd0000000-1700-4000-8000-000000000002');
+SELECT prme.apply_patch('dave', (prme.maintenance_patch('dave')).patch_id, NULL, 'auto');
+SELECT prme.record_outcome('dave', 'dddddddd-1700-4000-8000-000000000001', 'explicit_correction');
+"""
+BOOKKEEPING_COLUMNS = [
+    "implicit_successes",
+    "neutral_exposures",
+    "explicit_corrections",
+    "last_outcome_at",
+    "reviewed_explicit_reinforcements",
+    "reviewed_implicit_successes",
+    "reviewed_neutral_exposures",
+    "reviewed_explicit_corrections",
+    "reviewed_at",
+    "decay_anchor",
+    "decay_cycles",
+]
+
+
+def test_upgrading_to_report_on_the_memory_row_loses_nothing(pg_server: testing.Server) -> None:
+    """A database filled through the release before report_on_the_memory_row (outcomes, keyed
+    confirmations, reviews, applied decay and stability ops) upgrades with the bookkeeping rows
+    moved onto their memories and nothing else changed: the same maintenance reports (as of
+    now, the past and the future), outcome summaries and lists, every key still replaying and
+    conflicting, a clean journal; and the writers keep the bookkeeping on the memory from then on."""
+    with filled_before(pg_server, "report_on_the_memory_row") as (conn, every, target):
+        conn.execute(FILL_HOT_PATH.encode())
+        conn.execute(FILL_REPORT_ON_THE_MEMORY_ROW.encode())
+        as_of = conn.execute("SELECT now()").fetchone()[0]
+        times = [as_of, "2030-01-01", "2026-01-01", str(as_of - timedelta(days=2))]
+        owners = ("alice", "bob", "carol", "dave")
+
+        def reports() -> dict[tuple[str, str], list[Any]]:
+            return {
+                (owner, str(at)): conn.execute(
+                    "SELECT r::text FROM prme.maintenance_report(%s, %s) AS r ORDER BY 1", [owner, at]
+                ).fetchall()
+                for owner in owners
+                for at in times
+            }
+
+        def summaries() -> list[Any]:
+            return conn.execute(
+                "SELECT n.id, s::text, (SELECT array_agg(o::text ORDER BY o.created_at, o.id)"
+                " FROM prme.node_outcomes(n.user_id, n.id) AS o)"
+                " FROM prme.nodes AS n, LATERAL prme.outcome_summary(n.user_id, n.id) AS s ORDER BY 1"
+            ).fetchall()
+
+        before_reports, before_summaries = reports(), summaries()
+        assert sum(len(rows) for rows in before_reports.values()) > 10, "not vacuous"
+        bookkeeping = conn.execute(
+            "SELECT node_id, explicit_reinforcements AS recorded_reinforcements, "
+            + ", ".join(BOOKKEEPING_COLUMNS)
+            + " FROM prme.node_maintenance ORDER BY 1"
+        ).fetchall()
+        assert {row[-1] for row in bookkeeping} > {0}, "decay bookkeeping in the data"
+        assert any(row[10] is not None for row in bookkeeping), "reviews in the data"
+        before = _rows(conn)
+        nodes_state = "SELECT (to_jsonb(n) - %s::text[])::text FROM prme.nodes AS n ORDER BY 1"
+        new_columns = ["recorded_reinforcements", *BOOKKEEPING_COLUMNS]
+        before_nodes = conn.execute(nodes_state, [new_columns]).fetchall()
+
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+
+        after = _rows(conn)
+        assert "node_maintenance" not in after
+        before.pop("node_maintenance"), before.pop("nodes"), after.pop("nodes")
+        assert after == before, "every other row kept as it was"
+        assert conn.execute(nodes_state, [new_columns]).fetchall() == before_nodes, "memories kept as they were"
+        moved = conn.execute(
+            "SELECT id, "
+            + ", ".join(new_columns)
+            + " FROM prme.nodes WHERE user_id IN ('alice', 'bob', 'carol', 'dave')"
+            " ORDER BY 1"
+        ).fetchall()
+        assert moved == bookkeeping, "each bookkeeping row is on its memory"
+        assert reports() == before_reports
+        assert summaries() == before_summaries
+        for owner in owners:
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+            assert conn.execute("SELECT prme._rebuild_outcome_totals(%s)", [owner]).fetchone() == (0,)
+        replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
+        assert {row[0] for row in conn.execute(replay)} == {True}
+
+        # Every stored key still replays, writing nothing, and conflicts with any other use.
+        stored = _rows(conn)
+        replays = [
+            "SELECT replayed FROM prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol',"
+            " 'eeeeeeee-0000-4000-8000-000000000012', 'a0000000-1200-4000-8000-000000000001')",
+            "SELECT replayed FROM prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002',"
+            " 'explicit_reinforcement', request_id => 'b0000000-1200-4000-8000-000000000001')",
+            "SELECT replayed FROM prme.record_outcome('dave', 'dddddddd-1700-4000-8000-000000000002',"
+            " 'neutral_exposure', request_id => 'd0000000-1700-4000-8000-000000000001')",
+            "SELECT replayed FROM prme.reinforce('dddddddd-1700-4000-8000-000000000001', 'dave', NULL,"
+            " 'd0000000-1700-4000-8000-000000000002')",
+        ]
+        for statement in replays:
+            assert conn.execute(statement).fetchone() == (True,), statement
+        conflicts = [
+            "SELECT prme.reinforce('dddddddd-1700-4000-8000-000000000002', 'dave', NULL,"
+            " 'd0000000-1700-4000-8000-000000000001')",
+            "SELECT prme.record_outcome('dave', 'dddddddd-1700-4000-8000-000000000001', 'implicit_success',"
+            " request_id => 'd0000000-1700-4000-8000-000000000002')",
+        ]
+        for statement in conflicts:
+            assert _sqlstate(conn, statement) == "PR409", statement
+        assert _rows(conn) == stored, "replays and conflicts wrote nothing"
+
+        # From then on an outcome adds to its memory's totals, and a review settles them there.
+        node = "dddddddd-1700-4000-8000-000000000002"
+        conn.execute("SELECT prme.record_outcome('dave', %s, 'explicit_correction')", [node])
+        totals = "SELECT explicit_corrections, reviewed_explicit_corrections FROM prme.nodes WHERE id = %s"
+        assert conn.execute(totals, [node]).fetchone() == (1, 0)
+        conn.execute("SELECT prme.mark_reviewed('dave', %s)", [node])
+        assert conn.execute(totals, [node]).fetchone() == (1, 1)
+        assert conn.execute("SELECT prme._rebuild_outcome_totals('dave')").fetchone() == (0,)

@@ -3,8 +3,9 @@
 --
 -- One row per memory, keyed (user_id, id) so the table can be distributed by
 -- owner. Numbers are numeric(5,4): caps hold exactly and journal records spell
--- them the same way in PostgreSQL, DuckDB and Python. Three columns are derived
--- (last_checksum, search, reinforcements): they are not part of a node's state in
+-- them the same way in PostgreSQL, DuckDB and Python. The columns from
+-- last_checksum on are derived (the chain link, recall's words, the confirmation
+-- count, and the maintenance bookkeeping): they are not part of a node's state in
 -- the journal. None is generated or kept by a trigger, and none of the columns a
 -- confirmation changes is indexed, so its UPDATE is HOT-eligible (docs/REINFORCE.md).
 -- =============================================================================
@@ -125,6 +126,35 @@ CREATE TABLE prme.nodes (
     -- of op reinforce; counted here by the confirmation's own UPDATE so that
     -- outcome readers and maintenance need no row of their own (docs/MAINTENANCE.md).
     reinforcements bigint NOT NULL DEFAULT 0 CHECK (reinforcements >= 0),
+    -- Derived maintenance bookkeeping (docs/MAINTENANCE.md, "Scale"), kept on the
+    -- memory so that the maintenance report reads one row per memory: the running
+    -- totals of its outcome rows (prme.outcomes, added to by prme._add_outcome), the
+    -- totals its last review settled (reviewed_explicit_reinforcements over
+    -- confirmations and outcome rows together), and the overdue cycles decayed
+    -- against its schedule. None is indexed, so their UPDATEs stay HOT too.
+    recorded_reinforcements bigint NOT NULL DEFAULT 0
+    CONSTRAINT nodes_recorded_reinforcements_check CHECK (recorded_reinforcements >= 0),
+    implicit_successes bigint NOT NULL DEFAULT 0
+    CONSTRAINT nodes_implicit_successes_check CHECK (implicit_successes >= 0),
+    neutral_exposures bigint NOT NULL DEFAULT 0
+    CONSTRAINT nodes_neutral_exposures_check CHECK (neutral_exposures >= 0),
+    explicit_corrections bigint NOT NULL DEFAULT 0
+    CONSTRAINT nodes_explicit_corrections_check CHECK (explicit_corrections >= 0),
+    last_outcome_at timestamptz,
+    reviewed_explicit_reinforcements bigint NOT NULL DEFAULT 0
+    CONSTRAINT nodes_reviewed_explicit_reinforcements_check CHECK (reviewed_explicit_reinforcements >= 0),
+    reviewed_implicit_successes bigint NOT NULL DEFAULT 0
+    CONSTRAINT nodes_reviewed_implicit_successes_check
+    CHECK (reviewed_implicit_successes BETWEEN 0 AND implicit_successes),
+    reviewed_neutral_exposures bigint NOT NULL DEFAULT 0
+    CONSTRAINT nodes_reviewed_neutral_exposures_check
+    CHECK (reviewed_neutral_exposures BETWEEN 0 AND neutral_exposures),
+    reviewed_explicit_corrections bigint NOT NULL DEFAULT 0
+    CONSTRAINT nodes_reviewed_explicit_corrections_check
+    CHECK (reviewed_explicit_corrections BETWEEN 0 AND explicit_corrections),
+    reviewed_at timestamptz,
+    decay_anchor timestamptz,
+    decay_cycles integer NOT NULL DEFAULT 0 CONSTRAINT nodes_decay_cycles_check CHECK (decay_cycles >= 0),
     PRIMARY KEY (user_id, id)
 )
 -- Room on each page for the next version of its rows: a confirmation's UPDATE
@@ -143,6 +173,14 @@ COMMENT ON COLUMN prme.nodes.search IS
 COMMENT ON COLUMN prme.nodes.reinforcements IS
 'Derived: confirmations applied by prme.reinforce that count as explicit_reinforcement outcomes (each is the '
 'newest of the node''s journal records of op reinforce). Not part of journal states.';
+COMMENT ON COLUMN prme.nodes.recorded_reinforcements IS
+'Derived: explicit_reinforcement outcome rows of the memory in prme.outcomes (record_outcome; confirmations are '
+'counted by reinforcements). This and the other outcome and review columns are maintenance bookkeeping, not part '
+'of journal states (docs/MAINTENANCE.md).';
+COMMENT ON COLUMN prme.nodes.reviewed_explicit_reinforcements IS
+'Derived: the explicit reinforcements (confirmations and outcome rows together) the memory''s last review saw.';
+COMMENT ON COLUMN prme.nodes.decay_cycles IS
+'Derived: overdue review cycles already decayed against the next_review_at in decay_anchor.';
 
 -- Recall asks about one owner: every key of this index starts with the owner's key,
 -- so a lookup reads one owner's postings for each query word, however large the table.

@@ -6,10 +6,10 @@
 --   implicit_success        +0.2  it was used and nothing went wrong
 --   neutral_exposure         0    it was shown, nothing more
 --   explicit_correction     -1.0  the owner corrected it
--- An outcome never changes its node: maintenance (250, 260) turns outcomes into
+-- An outcome never changes its node's state: maintenance (250, 260) turns outcomes into
 -- reviewed, journaled changes. Each outcome row also adds to its memory's running
--- totals in prme.node_maintenance (200), in the same transaction, so the
--- maintenance report reads one row per memory instead of aggregating every outcome.
+-- totals on the memory's row (200), in the same transaction, so the maintenance
+-- report reads one row per memory instead of aggregating every outcome.
 -- A confirmation (prme.reinforce) writes no row here: its explicit_reinforcement
 -- outcome is its journal record, counted by prme.nodes.reinforcements (0014; rows
 -- that confirmations wrote before are kept, recorded_by 'reinforce', and read
@@ -231,25 +231,21 @@ BEGIN
     v_row.created_at := _add_outcome.created_at;
     INSERT INTO prme.outcomes SELECT v_row.*;
 
-    UPDATE prme.node_maintenance AS k SET
-        explicit_reinforcements = k.explicit_reinforcements + (v_row.outcome = 'explicit_reinforcement')::integer,
-        implicit_successes = k.implicit_successes + (v_row.outcome = 'implicit_success')::integer,
-        neutral_exposures = k.neutral_exposures + (v_row.outcome = 'neutral_exposure')::integer,
-        explicit_corrections = k.explicit_corrections + (v_row.outcome = 'explicit_correction')::integer,
-        last_outcome_at = greatest(k.last_outcome_at, v_row.created_at),
-        updated_at = v_row.created_at
-    WHERE k.user_id = v_row.user_id AND k.node_id = v_row.node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'prme.node_maintenance has no row for node %', v_row.node_id
-            USING HINT = 'the nodes_maintenance_mirror trigger keeps one per node; rebuild with prme._rebuild_node_maintenance';
-    END IF;
+    -- The running totals on the memory's row (HOT: no indexed column changes).
+    UPDATE prme.nodes AS n SET
+        recorded_reinforcements = n.recorded_reinforcements + (v_row.outcome = 'explicit_reinforcement')::integer,
+        implicit_successes = n.implicit_successes + (v_row.outcome = 'implicit_success')::integer,
+        neutral_exposures = n.neutral_exposures + (v_row.outcome = 'neutral_exposure')::integer,
+        explicit_corrections = n.explicit_corrections + (v_row.outcome = 'explicit_correction')::integer,
+        last_outcome_at = greatest(n.last_outcome_at, v_row.created_at)
+    WHERE n.user_id = v_row.user_id AND n.id = v_row.node_id;
     RETURN v_row;
 END;
 $$;
 
 COMMENT ON FUNCTION prme._add_outcome(text, uuid, text, uuid, text, text, text, uuid, text, bigint, timestamptz) IS
-'Internal: appends one outcome event and adds it to the node''s running totals in prme.node_maintenance. '
-'The caller has validated the arguments and holds a lock on the node.';
+'Internal: appends one outcome event and adds it to the running totals on the memory''s row. The caller has '
+'validated the arguments and holds a lock on the node.';
 
 CREATE FUNCTION prme._suggested_stability(
     explicit_reinforcements bigint,
@@ -334,8 +330,9 @@ BEGIN
         PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, record_outcome.request_id));
     END IF;
 
-    -- The outcome does not change the node, so a share lock is enough: it keeps
-    -- the node from being archived (or otherwise mutated) until we commit.
+    -- The outcome does not change the node's state, so a share lock is enough: it
+    -- keeps the node from being archived (or otherwise mutated) until we commit.
+    -- Adding to the totals on its row later waits only for another outcome's.
     SELECT n.* INTO v_node
     FROM prme.nodes AS n
     WHERE n.user_id = v_user_id AND n.id = record_outcome.node_id
@@ -468,7 +465,6 @@ AS $$
 DECLARE
     v_user_id text := prme._valid_user_id(outcome_summary.user_id);
     v_node prme.nodes;
-    v_summary prme.node_maintenance;
 BEGIN
     IF outcome_summary.node_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
@@ -477,15 +473,12 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
     END IF;
-    SELECT s.* INTO v_summary
-    FROM prme.node_maintenance AS s
-    WHERE s.user_id = v_user_id AND s.node_id = outcome_summary.node_id;
 
-    -- Confirmations are counted on the node, outcome rows in its bookkeeping row.
-    explicit_reinforcements := coalesce(v_summary.explicit_reinforcements, 0) + v_node.reinforcements;
-    implicit_successes := coalesce(v_summary.implicit_successes, 0);
-    neutral_exposures := coalesce(v_summary.neutral_exposures, 0);
-    explicit_corrections := coalesce(v_summary.explicit_corrections, 0);
+    -- Confirmations and explicit_reinforcement outcome rows are counted apart.
+    explicit_reinforcements := v_node.recorded_reinforcements + v_node.reinforcements;
+    implicit_successes := v_node.implicit_successes;
+    neutral_exposures := v_node.neutral_exposures;
+    explicit_corrections := v_node.explicit_corrections;
     outcomes := explicit_reinforcements + implicit_successes + neutral_exposures + explicit_corrections;
     score := explicit_reinforcements * 1.0 + implicit_successes * 0.2 + neutral_exposures * 0
         - explicit_corrections * 1.0;
@@ -494,7 +487,7 @@ BEGIN
     );
     -- The newest confirmation is a counted one (the counted ones are the newest).
     last_outcome_at := greatest(
-        v_summary.last_outcome_at, CASE WHEN v_node.reinforcements > 0 THEN v_node.last_reinforced_at END
+        v_node.last_outcome_at, CASE WHEN v_node.reinforcements > 0 THEN v_node.last_reinforced_at END
     );
     RETURN NEXT;
 END;

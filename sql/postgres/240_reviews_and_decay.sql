@@ -10,9 +10,9 @@
 -- memory again at every run.
 --
 -- Overdue cycles: the first begins at next_review_at, one more at each further
--- full cadence. Decay (applied from patches, 260) is idempotent per cycle:
--- prme.node_maintenance remembers how many cycles were decayed against which
--- next_review_at (decay_anchor). A review moves next_review_at, so the count
+-- full cadence. Decay (applied from patches, 260) is idempotent per cycle: the
+-- memory's row remembers how many cycles were decayed against which
+-- next_review_at (decay_anchor, decay_cycles). A review moves next_review_at, so the count
 -- starts again from zero.
 -- =============================================================================
 
@@ -32,45 +32,6 @@ COMMENT ON FUNCTION prme._cycles_due(timestamptz, timestamptz, double precision)
 'Internal: overdue review cycles begun by as_of for a memory due at due_at (its next_review_at): 0 before, 1 from '
 'due_at on, and one more for each further full cadence (cadence_seconds); 0 when due_at is null.';
 
-CREATE FUNCTION prme._settle_outcomes(
-    user_id text,
-    node_id uuid,
-    explicit_reinforcements bigint,
-    implicit_successes bigint,
-    neutral_exposures bigint,
-    explicit_corrections bigint,
-    reviewed_at timestamptz
-)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-    -- Counts only grow (outcomes are append-only), so greatest() makes settling
-    -- idempotent and order-independent.
-    UPDATE prme.node_maintenance AS k SET
-        reviewed_explicit_reinforcements
-        = greatest(k.reviewed_explicit_reinforcements, _settle_outcomes.explicit_reinforcements),
-        reviewed_implicit_successes = greatest(k.reviewed_implicit_successes, _settle_outcomes.implicit_successes),
-        reviewed_neutral_exposures = greatest(k.reviewed_neutral_exposures, _settle_outcomes.neutral_exposures),
-        reviewed_explicit_corrections
-        = greatest(k.reviewed_explicit_corrections, _settle_outcomes.explicit_corrections),
-        reviewed_at = _settle_outcomes.reviewed_at,
-        updated_at = _settle_outcomes.reviewed_at
-    WHERE k.user_id = _settle_outcomes.user_id AND k.node_id = _settle_outcomes.node_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'prme.node_maintenance has no row for node %', _settle_outcomes.node_id
-            USING HINT = 'the nodes_maintenance_mirror trigger keeps one per node; rebuild with prme._rebuild_node_maintenance';
-    END IF;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._settle_outcomes(text, uuid, bigint, bigint, bigint, bigint, timestamptz) IS
-'Internal: records that a review of the memory saw these cumulative outcome counts (explicit reinforcements: '
-'confirmations and outcome rows together); the report then counts only outcomes beyond them. Idempotent '
-'(counts are raised, never lowered).';
-
 CREATE FUNCTION prme.mark_reviewed(user_id text, node_id uuid, next_review_at timestamptz DEFAULT NULL)
 RETURNS prme.node_view
 LANGUAGE plpgsql
@@ -84,7 +45,6 @@ DECLARE
     v_node prme.nodes;
     v_after prme.nodes;
     v_entry prme.journal;
-    v_summary prme.node_maintenance;
     v_now timestamptz := now();
 BEGIN
     IF mark_reviewed.node_id IS NULL THEN
@@ -113,25 +73,24 @@ BEGIN
     v_entry := prme._journal_entry('review', 'maintenance_v1', gen_random_uuid(), NULL, NULL, v_node, v_after);
     v_after.last_checksum := v_entry.checksum;
 
+    -- The review covers every outcome recorded so far (recorders hold a share lock
+    -- on the node, so all of them have committed by the time we hold ours) and
+    -- every confirmation: it settles the totals on the row it updates anyway.
+    -- Counts only grow (outcomes are append-only), so greatest() makes settling
+    -- idempotent and order-independent.
     UPDATE prme.nodes AS n SET
         next_review_at = v_after.next_review_at,
         updated_at = v_after.updated_at,
         version = v_after.version,
-        last_checksum = v_after.last_checksum
+        last_checksum = v_after.last_checksum,
+        reviewed_explicit_reinforcements
+        = greatest(n.reviewed_explicit_reinforcements, n.recorded_reinforcements + n.reinforcements),
+        reviewed_implicit_successes = greatest(n.reviewed_implicit_successes, n.implicit_successes),
+        reviewed_neutral_exposures = greatest(n.reviewed_neutral_exposures, n.neutral_exposures),
+        reviewed_explicit_corrections = greatest(n.reviewed_explicit_corrections, n.explicit_corrections),
+        reviewed_at = v_now
     WHERE n.user_id = v_user_id AND n.id = mark_reviewed.node_id;
     INSERT INTO prme.journal SELECT v_entry.*;
-
-    -- The review covers every outcome recorded so far (recorders hold a share lock
-    -- on the node, so all of them have committed by the time we hold ours), and
-    -- every confirmation (counted on the node row we hold).
-    SELECT s.* INTO v_summary
-    FROM prme.node_maintenance AS s
-    WHERE s.user_id = v_user_id AND s.node_id = mark_reviewed.node_id;
-    PERFORM prme._settle_outcomes(
-        v_user_id, mark_reviewed.node_id, coalesce(v_summary.explicit_reinforcements, 0) + v_node.reinforcements,
-        coalesce(v_summary.implicit_successes, 0), coalesce(v_summary.neutral_exposures, 0),
-        coalesce(v_summary.explicit_corrections, 0), v_now
-    );
 
     RETURN prme._node_view(v_after, FALSE);
 END;

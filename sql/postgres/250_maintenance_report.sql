@@ -2,10 +2,9 @@
 -- prme-pg: maintenance_report (recommendations; changes nothing)
 --
 -- One set-based query over the owner's memories (prme.nodes: schedule,
--- confidence, and confirmations counted by reinforcements) joined with their
--- bookkeeping rows (prme.node_maintenance: totals of outcome rows, what the last
--- review settled, decay): it never aggregates outcomes (docs/MAINTENANCE.md,
--- "Scale"). The effective settings are read once into variables. Outcomes (rows,
+-- confidence, confirmations counted by reinforcements, and the bookkeeping kept
+-- on the same row: totals of outcome rows, what the last review settled, decay).
+-- It joins nothing and never aggregates outcomes (docs/MAINTENANCE.md, "Scale"). The effective settings are read once into variables. Outcomes (rows,
 -- and confirmations' journal records) are read only for memories with outcomes
 -- after as_of, to leave those out. Counts are outcomes since the last review, up
 -- to as_of:
@@ -60,7 +59,7 @@ DECLARE
     v_semi_seconds double precision := date_part('epoch', v_semi.review_cadence);
     v_stable_seconds double precision := date_part('epoch', v_stable.review_cadence);
     -- Decay per cycle in ten-thousandths (numeric(5, 4): exact), like the memory's
-    -- confidence_ten_thousandths: decay is integer arithmetic.
+    -- confidence_base * 10000: decay is integer arithmetic.
     v_low_decay integer := (v_low.decay_per_cycle * 10000)::integer;
     v_semi_decay integer := (v_semi.decay_per_cycle * 10000)::integer;
     v_stable_decay integer := (v_stable.decay_per_cycle * 10000)::integer;
@@ -72,27 +71,27 @@ BEGIN
             n.lifecycle_state,
             n.stability,
             n.confidence_base,
-            (n.confidence_base * 10000)::integer AS confidence_ten_thousandths,
             n.next_review_at,
             coalesce(n.next_review_at <= v_as_of, false) AS due,
             -- Outcomes since the last review, up to as_of: the totals (outcome rows and
             -- confirmations) minus what the review settled, minus (rarely) what was
             -- recorded after as_of.
-            greatest(k.explicit_reinforcements + n.reinforcements - k.reviewed_explicit_reinforcements
-                - coalesce(l.later[1], 0), 0) AS er,
-            greatest(k.implicit_successes - k.reviewed_implicit_successes - coalesce(l.later[2], 0), 0) AS isx,
-            greatest(k.explicit_corrections - k.reviewed_explicit_corrections - coalesce(l.later[3], 0), 0) AS ec,
-            k.decay_anchor,
-            k.decay_cycles,
+            greatest(n.recorded_reinforcements + n.reinforcements - n.reviewed_explicit_reinforcements
+                - coalesce(l.later[1], 0), 0) AS explicit_reinforcements,
+            greatest(n.implicit_successes - n.reviewed_implicit_successes - coalesce(l.later[2], 0), 0)
+                AS implicit_successes,
+            greatest(n.explicit_corrections - n.reviewed_explicit_corrections - coalesce(l.later[3], 0), 0)
+                AS explicit_corrections,
+            n.decay_anchor,
+            n.decay_cycles,
             n.decay_profile
         FROM prme.nodes AS n
-        INNER JOIN prme.node_maintenance AS k ON k.user_id = n.user_id AND k.node_id = n.id
         -- Outcomes recorded after as_of are not part of the report. Only memories
         -- whose newest outcome or confirmation is later than as_of look them up (none
         -- when as_of is now): an index range scan each. Of the confirmations after
         -- as_of, only the counted ones (the newest n.reinforcements) are left out.
         CROSS JOIN LATERAL (
-            SELECT CASE WHEN k.last_outcome_at > v_as_of OR (n.reinforcements > 0 AND n.last_reinforced_at > v_as_of)
+            SELECT CASE WHEN n.last_outcome_at > v_as_of OR (n.reinforcements > 0 AND n.last_reinforced_at > v_as_of)
                 THEN (
                     SELECT ARRAY[
                         count(*) FILTER (WHERE o.outcome = 'explicit_reinforcement') + least(n.reinforcements, (
@@ -109,6 +108,12 @@ BEGIN
                 ) END AS later
         ) AS l
         WHERE n.user_id = v_user_id AND n.lifecycle_state IN ('active', 'contested')
+          -- The first cut, on the totals: outcomes after as_of only lower the counts,
+          -- so a memory left out here would be left out below too.
+          AND (n.next_review_at <= v_as_of
+               OR n.explicit_corrections > n.reviewed_explicit_corrections
+               OR n.recorded_reinforcements + n.reinforcements >= n.reviewed_explicit_reinforcements + 2
+               OR n.implicit_successes >= n.reviewed_implicit_successes + 5)
         -- A fence: each value above is computed once per memory.
         OFFSET 0
     ),
@@ -117,7 +122,10 @@ BEGIN
         SELECT
             c.*,
             -- What the counts call for, as a code (prme._maintenance_moves, inlined).
-            prme._maintenance_moves(c.stability, c.lifecycle_state, c.er, c.isx, c.ec) AS moves,
+            prme._maintenance_moves(
+                c.stability, c.lifecycle_state, c.explicit_reinforcements, c.implicit_successes,
+                c.explicit_corrections
+            ) AS moves,
             -- Overdue cycles begun by as_of (due memories only).
             CASE WHEN c.due
                     THEN prme._cycles_due(c.next_review_at, v_as_of, CASE c.stability
@@ -129,11 +137,11 @@ BEGIN
             CASE WHEN c.decay_anchor = c.next_review_at THEN c.decay_cycles ELSE 0 END AS cycles_done,
             -- The decay per cycle (ten-thousandths); 0 for memories that do not decay
             -- (permanent, or confidence already 0).
-            CASE WHEN c.confidence_ten_thousandths > 0 AND c.decay_profile <> 'permanent' THEN CASE c.stability
+            CASE WHEN c.confidence_base > 0 AND c.decay_profile <> 'permanent' THEN CASE c.stability
                 WHEN 'low' THEN v_low_decay WHEN 'semi-stable' THEN v_semi_decay ELSE v_stable_decay END
             ELSE 0 END AS decay_per_cycle
         FROM counted AS c
-        WHERE c.due OR c.er >= 2 OR c.isx >= 5 OR c.ec >= 1
+        WHERE c.due OR c.explicit_reinforcements >= 2 OR c.implicit_successes >= 5 OR c.explicit_corrections >= 1
         OFFSET 0
     )
 
@@ -184,8 +192,8 @@ BEGIN
             -- greatest(confidence_base - cycles * decay, 0) in ten-thousandths: the same
             -- value and scale (4), or 0 once nothing is left. In bigint: a memory due
             -- centuries before as_of has millions of hourly cycles.
-            THEN CASE WHEN c.confidence_ten_thousandths >= (c.cycles_due - c.cycles_done)::bigint * c.decay_per_cycle
-                THEN (c.confidence_ten_thousandths - (c.cycles_due - c.cycles_done)::bigint * c.decay_per_cycle)
+            THEN CASE WHEN (c.confidence_base * 10000)::integer >= (c.cycles_due - c.cycles_done)::bigint * c.decay_per_cycle
+                THEN ((c.confidence_base * 10000)::integer - (c.cycles_due - c.cycles_done)::bigint * c.decay_per_cycle)
                     * 0.0001
                 ELSE 0
             END
@@ -193,9 +201,9 @@ BEGIN
         c.next_review_at,
         c.cycles_due,
         c.cycles_done,
-        c.er,
-        c.isx,
-        c.ec
+        c.explicit_reinforcements,
+        c.implicit_successes,
+        c.explicit_corrections
     FROM moved AS c
     -- Exactly the memories with at least one recommendation.
     WHERE c.due OR c.moves > 0;

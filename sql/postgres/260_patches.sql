@@ -236,10 +236,10 @@ BEGIN
             r.*,
             s.review_cadence,
             s.decay_per_cycle,
-            m.reviewed_explicit_reinforcements,
-            m.reviewed_implicit_successes,
-            m.neutral_exposures,
-            m.reviewed_explicit_corrections,
+            n.reviewed_explicit_reinforcements,
+            n.reviewed_implicit_successes,
+            n.neutral_exposures,
+            n.reviewed_explicit_corrections,
             n.version
         FROM prme.maintenance_report(v_user_id, v_as_of) AS r
         CROSS JOIN LATERAL unnest(r.recommendations) AS u (recommendation)
@@ -258,7 +258,6 @@ BEGIN
             WHERE x.user_id IN (v_user_id, '*')
             ORDER BY x.stability, x.user_id = '*'
         ) AS s ON s.stability = r.stability
-        INNER JOIN prme.node_maintenance AS m ON m.user_id = v_user_id AND m.node_id = r.node_id
         INNER JOIN prme.nodes AS n ON n.user_id = v_user_id AND n.id = r.node_id
     ) AS q;
 
@@ -312,7 +311,6 @@ AS $$
 DECLARE
     v_node prme.nodes;
     v_after prme.nodes;
-    v_state prme.node_maintenance;
     v_entry prme.journal;
     v_done integer;
     v_now timestamptz := now();
@@ -330,10 +328,7 @@ BEGIN
 
     CASE op.op
         WHEN 'decay_confidence' THEN
-            SELECT k.* INTO v_state
-            FROM prme.node_maintenance AS k
-            WHERE k.user_id = op.user_id AND k.node_id = op.node_id;
-            v_done := CASE WHEN v_state.decay_anchor = v_node.next_review_at THEN v_state.decay_cycles ELSE 0 END;
+            v_done := CASE WHEN v_node.decay_anchor = v_node.next_review_at THEN v_node.decay_cycles ELSE 0 END;
             IF v_node.next_review_at IS DISTINCT FROM op.decay_anchor THEN
                 detail := 'the review schedule changed since the patch was proposed';
                 RETURN;
@@ -377,6 +372,8 @@ BEGIN
     v_after.version := v_node.version + 1;
     v_entry := prme._journal_entry(op.op, 'maintenance_v1', op.operation_id, NULL, NULL, v_node, v_after);
     v_after.last_checksum := v_entry.checksum;
+    -- Decay records its cycles; stability changes and mark_contested are reviewed
+    -- decisions, which settle the outcomes the proposal saw (as mark_reviewed does).
     UPDATE prme.nodes AS n SET
         confidence_base = v_after.confidence_base,
         stability = v_after.stability,
@@ -384,28 +381,20 @@ BEGIN
         lifecycle_state = v_after.lifecycle_state,
         updated_at = v_after.updated_at,
         version = v_after.version,
-        last_checksum = v_after.last_checksum
+        last_checksum = v_after.last_checksum,
+        decay_anchor = CASE WHEN op.op = 'decay_confidence' THEN op.decay_anchor ELSE n.decay_anchor END,
+        decay_cycles = CASE WHEN op.op = 'decay_confidence' THEN op.decay_cycles_to ELSE n.decay_cycles END,
+        reviewed_explicit_reinforcements = CASE WHEN op.op = 'decay_confidence' THEN n.reviewed_explicit_reinforcements
+            ELSE greatest(n.reviewed_explicit_reinforcements, op.seen_explicit_reinforcements) END,
+        reviewed_implicit_successes = CASE WHEN op.op = 'decay_confidence' THEN n.reviewed_implicit_successes
+            ELSE greatest(n.reviewed_implicit_successes, op.seen_implicit_successes) END,
+        reviewed_neutral_exposures = CASE WHEN op.op = 'decay_confidence' THEN n.reviewed_neutral_exposures
+            ELSE greatest(n.reviewed_neutral_exposures, op.seen_neutral_exposures) END,
+        reviewed_explicit_corrections = CASE WHEN op.op = 'decay_confidence' THEN n.reviewed_explicit_corrections
+            ELSE greatest(n.reviewed_explicit_corrections, op.seen_explicit_corrections) END,
+        reviewed_at = CASE WHEN op.op = 'decay_confidence' THEN n.reviewed_at ELSE v_now END
     WHERE n.user_id = op.user_id AND n.id = op.node_id;
     INSERT INTO prme.journal SELECT v_entry.*;
-
-    IF op.op = 'decay_confidence' THEN
-        UPDATE prme.node_maintenance AS k SET
-            decay_anchor = op.decay_anchor,
-            decay_cycles = op.decay_cycles_to,
-            updated_at = v_now
-        WHERE k.user_id = op.user_id AND k.node_id = op.node_id;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'prme.node_maintenance has no row for node %', op.node_id
-                USING HINT = 'the nodes_maintenance_mirror trigger keeps one per node; rebuild with prme._rebuild_node_maintenance';
-        END IF;
-    ELSE
-        -- Stability changes and mark_contested are reviewed decisions: the
-        -- outcomes the proposal saw are settled.
-        PERFORM prme._settle_outcomes(
-            op.user_id, op.node_id, op.seen_explicit_reinforcements, op.seen_implicit_successes,
-            op.seen_neutral_exposures, op.seen_explicit_corrections, v_now
-        );
-    END IF;
 
     status := 'applied';
     node_version := v_after.version;

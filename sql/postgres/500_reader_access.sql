@@ -3,8 +3,8 @@
 --
 -- 135 lets prme_reader read nodes, events and the journal of the owners bound to
 -- the reading role (prme.reader_bindings), and prme_auditor every owner's. The
--- same holds for every owner's table added since: outcome events and their
--- bookkeeping, the correction inbox, the owners' own maintenance settings (not the
+-- same holds for every owner's table added since: outcome events, the correction
+-- inbox, the owners' own maintenance settings (not the
 -- '*' defaults), maintenance patches and their ops, prompt snapshots, and the
 -- operations ledger. Each table already has row-level security enabled; each gets
 -- SELECT for both roles and the same two policies as 135's. Not readable:
@@ -13,7 +13,6 @@
 
 GRANT SELECT ON
 prme.outcomes,
-prme.node_maintenance,
 prme.correction_inbox,
 prme.maintenance_settings,
 prme.maintenance_patches,
@@ -27,13 +26,6 @@ prme.operation_parts
 TO prme_reader, prme_auditor;
 
 CREATE POLICY outcomes_reader_owner ON prme.outcomes FOR SELECT TO prme_reader
-USING (
-    user_id = any(array(
-        SELECT b.user_id FROM prme.reader_bindings AS b
-        WHERE pg_has_role(b.reader, 'USAGE')
-    ))
-);
-CREATE POLICY node_maintenance_reader_owner ON prme.node_maintenance FOR SELECT TO prme_reader
 USING (
     user_id = any(array(
         SELECT b.user_id FROM prme.reader_bindings AS b
@@ -111,7 +103,6 @@ USING (
     ))
 );
 CREATE POLICY outcomes_auditor_all ON prme.outcomes FOR SELECT TO prme_auditor USING (TRUE);
-CREATE POLICY node_maintenance_auditor_all ON prme.node_maintenance FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY correction_inbox_auditor_all ON prme.correction_inbox FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY maintenance_settings_auditor_all ON prme.maintenance_settings FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY maintenance_patches_auditor_all ON prme.maintenance_patches FOR SELECT TO prme_auditor USING (TRUE);

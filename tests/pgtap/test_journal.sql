@@ -120,7 +120,8 @@ SELECT results_eq(
 SELECT matches(
     prme._node_state(ROW('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 'alice', 'default', 'personal', 'fact', 'x',
         1.0000, 0.0500, 0.0001, NULL, '{}', 'low', NULL, 'active', 'medium',
-        '2026-01-02 03:04:05+00', '2026-01-02 03:04:05+00', 1, repeat('0', 64), NULL, 0)::prme.nodes),
+        '2026-01-02 03:04:05+00', '2026-01-02 03:04:05+00', 1, repeat('0', 64), NULL, 0,
+        0, 0, 0, 0, NULL, 0, 0, 0, 0, NULL, NULL, 0)::prme.nodes),
     '"confidence_base":1,.*"evidence_refs":\[\],.*"next_review_at":null,.*"reinforcement_boost":0.0001,"salience_base":0.05,',
     'numbers 1, 0.05, 0.0001 in shortest form; empty evidence is []; NULL time is null');
 

@@ -30,7 +30,12 @@ CREATE FUNCTION pg_temp.fingerprint(p_user text) RETURNS text LANGUAGE sql AS $$
                            || coalesce(n.next_review_at::text, '-'), '|' ORDER BY n.id)
          FROM prme.nodes AS n WHERE n.user_id = p_user),
         (SELECT count(*) FROM prme.journal AS j WHERE j.user_id = p_user),
-        (SELECT string_agg(m::text, '|' ORDER BY m.node_id) FROM prme.node_maintenance AS m WHERE m.user_id = p_user)
+        (SELECT string_agg(concat_ws(',', n.recorded_reinforcements, n.implicit_successes, n.neutral_exposures,
+                                     n.explicit_corrections, n.last_outcome_at, n.reviewed_explicit_reinforcements,
+                                     n.reviewed_implicit_successes, n.reviewed_neutral_exposures,
+                                     n.reviewed_explicit_corrections, n.reviewed_at, n.decay_anchor, n.decay_cycles),
+                           '|' ORDER BY n.id)
+         FROM prme.nodes AS n WHERE n.user_id = p_user)
     ))
 $$;
 CREATE TEMP TABLE mark (fp text);

@@ -19,18 +19,18 @@
 -- e1000000-... events, c1000000-... request ids, d1000000-... linking nodes.
 -- =============================================================================
 BEGIN;
-SELECT plan(132);
+SELECT plan(131);
 
 -- Everything an outcome call could write, summarised in one text.
 CREATE FUNCTION pg_temp.fingerprint() RETURNS text LANGUAGE sql AS $$
     SELECT format(
-        'nodes=%s journal=%s keys=%s outcomes=%s bookkeeping=%s inbox=%s md5=%s',
+        'nodes=%s journal=%s keys=%s outcomes=%s inbox=%s md5=%s',
         (SELECT count(*) FROM prme.nodes), (SELECT count(*) FROM prme.journal),
         (SELECT count(*) FROM prme.request_keys), (SELECT count(*) FROM prme.outcomes),
-        (SELECT count(*) FROM prme.node_maintenance), (SELECT count(*) FROM prme.correction_inbox),
+        (SELECT count(*) FROM prme.correction_inbox),
         md5(concat_ws('#',
+            -- Any write of a memory (its bookkeeping included) moves its row.
             (SELECT string_agg(n.ctid::text || n.version, '|' ORDER BY n.user_id, n.id) FROM prme.nodes AS n),
-            (SELECT string_agg(s::text, '|' ORDER BY s.user_id, s.node_id) FROM prme.node_maintenance AS s),
             (SELECT string_agg(k::text, '|' ORDER BY k.user_id, k.namespace, k.request_id) FROM prme.request_keys AS k)
         ))
     )
@@ -321,19 +321,15 @@ SELECT throws_ok(
       VALUES ('oc_alice', gen_random_uuid(), 'a1000000-0000-4000-8000-000000000001', 'implicit_success', 1,
               'record_outcome', 1, now())$$,
     '23514', NULL, 'a weight that does not belong to its outcome is refused by a CHECK');
-CREATE TEMP TABLE incremental AS SELECT * FROM prme.node_maintenance WHERE user_id = 'oc_alice';
-SELECT is(prme._rebuild_node_maintenance('oc_alice'), 0::bigint,
-          'a set-based rebuild from nodes and events finds nothing to change');
-SELECT set_eq(
-    $$SELECT * FROM prme.node_maintenance WHERE user_id = 'oc_alice'$$,
-    $$SELECT * FROM incremental$$,
-    'the incremental bookkeeping (mirror and running totals) equals a rebuild');
+SELECT is(prme._rebuild_outcome_totals('oc_alice'), 0::bigint,
+          'a set-based rebuild of the totals from the outcome rows finds nothing to change');
 SELECT results_eq(
-    $$SELECT k.stability, k.lifecycle_state, k.next_review_at, k.decay_profile
-      FROM prme.node_maintenance AS k WHERE k.user_id = 'oc_alice' ORDER BY k.node_id$$,
-    $$SELECT n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile
+    $$SELECT n.id, n.recorded_reinforcements + n.implicit_successes + n.neutral_exposures + n.explicit_corrections
       FROM prme.nodes AS n WHERE n.user_id = 'oc_alice' ORDER BY n.id$$,
-    'one bookkeeping row per memory mirrors its schedule fields (archived and reinforced ones included)');
+    $$SELECT n.id, count(o.id) FILTER (WHERE o.recorded_by <> 'reinforce')
+      FROM prme.nodes AS n LEFT JOIN prme.outcomes AS o ON o.user_id = n.user_id AND o.node_id = n.id
+      WHERE n.user_id = 'oc_alice' GROUP BY n.id ORDER BY n.id$$,
+    'each memory''s totals count its outcome rows (archived and reinforced ones included)');
 SELECT is_empty($$SELECT * FROM prme.verify_journal('oc_alice')$$, 'the journal of oc_alice verifies');
 SELECT is(
     (SELECT matches FROM prme.replay_node('oc_alice', 'a1000000-0000-4000-8000-000000000008')), true,

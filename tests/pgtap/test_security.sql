@@ -143,7 +143,7 @@ SELECT results_eq(
       ORDER BY 1, 2$$,
     $$VALUES ('prme.correction_inbox', 'SELECT'), ('prme.events', 'SELECT'), ('prme.journal', 'SELECT'),
              ('prme.maintenance_patches', 'SELECT'), ('prme.maintenance_settings', 'SELECT'),
-             ('prme.node_maintenance', 'SELECT'), ('prme.nodes', 'SELECT'), ('prme.operation_events', 'SELECT'),
+             ('prme.nodes', 'SELECT'), ('prme.operation_events', 'SELECT'),
              ('prme.operation_parts', 'SELECT'), ('prme.operations', 'SELECT'), ('prme.outcomes', 'SELECT'),
              ('prme.patch_ops', 'SELECT'), ('prme.reader_bindings', 'SELECT'), ('prme.snapshot_generations', 'SELECT'),
              ('prme.snapshot_heads', 'SELECT'), ('prme.snapshot_history', 'SELECT')$$,

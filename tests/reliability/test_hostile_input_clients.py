@@ -135,7 +135,7 @@ def _report(figures: Any) -> Iterator[None]:
 def changed(before: State, after: State) -> dict[str, int]:
     """Per core table that changed (nodes, events, journal, request_keys): the difference in rows.
 
-    Other tables (PostgreSQL's per-node bookkeeping such as node_maintenance) may only gain rows."""
+    Other tables (such as the outcome rows) may only gain rows."""
     for table in after:
         assert after[table][0] >= before.get(table, (0, ""))[0], f"{table} lost rows"
     return {t: after[t][0] - before.get(t, (0, ""))[0] for t in after if t in CORE_TABLES and after[t] != before.get(t)}

@@ -308,7 +308,7 @@ def test_prme_reader_cannot_mint_a_token_for_another_owner(
 # What prme_reader may read (135 and 500_reader_access): every owner's table but the
 # idempotency keys and the API tokens; and its own bindings.
 READER_TABLES = {
-    "nodes", "events", "journal", "outcomes", "node_maintenance", "correction_inbox", "maintenance_settings",
+    "nodes", "events", "journal", "outcomes", "correction_inbox", "maintenance_settings",
     "maintenance_patches", "patch_ops", "snapshot_generations", "snapshot_heads", "snapshot_history",
     "operations", "operation_events", "operation_parts",
 }  # fmt: skip
