@@ -15,13 +15,22 @@
 --     the memory's row. _rebuild_node_maintenance becomes _rebuild_outcome_totals (totals only).
 --   * _node_state, _node_view and _journal_entry take prme.nodes as an argument (SQL-standard
 --     bodies depend on its row type), so they are dropped and created again, unchanged.
--- Same rules, same rows: maintenance_report, outcome_summary and the replays of keys are the same
--- before and after (tests/test_migrations.py).
--- Locks: ACCESS EXCLUSIVE on prme.nodes and prme.node_maintenance until commit (ALTER TABLE,
--- DROP TABLE): every memory call waits meanwhile. It writes each memory that has outcome rows,
--- a review or decay bookkeeping once (a HOT update: no index changes).
--- Time, measured here (2 cores shared with other work, PostgreSQL 15, server defaults): see the
--- figure below, per million memories.
+--   * Each rule written once: the outcome weights are prme._outcome_weight (now an inlined
+--     SQL-standard body), which the outcomes' CHECK, the scores and node_outcomes use; what the
+--     report makes of a code of _maintenance_moves is _maintenance_recommendations and
+--     _maintenance_suggested_stability, beside it.
+--   * _key_replays is renamed _is_replay (what it answers) and reads both places a key can live
+--     in one statement; reinforce reads the node's namespace and takes the key's advisory lock
+--     in one statement.
+-- Same rules, same rows: maintenance_report, outcome_summary, node_outcomes and the replays and
+-- conflicts of keys are the same before and after (tests/test_migrations.py).
+-- Locks: ACCESS EXCLUSIVE on prme.nodes, prme.node_maintenance and prme.outcomes until commit
+-- (ALTER TABLE, DROP TABLE): every memory and outcome call waits meanwhile. It writes each memory
+-- that has outcome rows, a review or decay bookkeeping once (a HOT update: no index changes) and
+-- reads every outcome row once (the new CHECK is validated).
+-- Time, measured here (2 cores shared with other work, load average about 6, PostgreSQL 15,
+-- durability on): 13.1 s for 200,000 memories with 1,000,000 outcome rows, each memory with
+-- bookkeeping: about 65 s per million memories (with five million outcome rows).
 -- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0017_report_on_the_memory_row.sql
 -- (or prme-pg migrate).
 
@@ -199,7 +208,240 @@ COMMENT ON FUNCTION prme._journal_entry(text, text, uuid, uuid, uuid, prme.nodes
 'Internal: the journal row for a mutation from before (NULL on create) to after; the caller inserts it '
 'and stores its checksum in nodes.last_checksum.';
 
+-- >>> sql/postgres/110_reinforce.sql
+
+CREATE FUNCTION prme._is_replay(
+    user_id text,
+    namespace text,
+    request_id uuid,
+    operation text,
+    node_id uuid,
+    evidence_id uuid
+)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_key record;
+BEGIN
+    -- Where the key lives, in one read: a confirmation's key is its journal record
+    -- (index journal_request_key), record_outcome's a prme.request_keys row. A key is
+    -- in one place only (both kinds of call claim it under its advisory lock).
+    SELECT u.operation, u.node_id, u.evidence_id INTO v_key
+    FROM (
+        SELECT j.op AS operation, j.node_id, j.evidence_id
+        FROM prme.journal AS j
+        WHERE j.user_id = _is_replay.user_id
+          AND j.key_namespace = _is_replay.namespace
+          AND j.request_id = _is_replay.request_id
+        UNION ALL
+        SELECT k.operation, k.node_id, k.evidence_id
+        FROM prme.request_keys AS k
+        WHERE k.user_id = _is_replay.user_id
+          AND k.namespace = _is_replay.namespace
+          AND k.request_id = _is_replay.request_id
+    ) AS u
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN FALSE;
+    END IF;
+    IF v_key.operation = _is_replay.operation AND v_key.node_id = _is_replay.node_id
+       AND v_key.evidence_id IS NOT DISTINCT FROM _is_replay.evidence_id THEN
+        RETURN TRUE;
+    END IF;
+    RAISE EXCEPTION USING
+        ERRCODE = 'PR409',
+        MESSAGE = 'request_id was already used for another request',
+        DETAIL = 'an idempotency key is bound to one operation, node and evidence';
+END;
+$$;
+
+COMMENT ON FUNCTION prme._is_replay(text, text, uuid, text, uuid, uuid) IS
+'Internal (volatile on purpose: each call reads with a fresh snapshot, so it sees keys committed while the '
+'caller waited for the key''s advisory lock): true when a committed key binds request_id to this same operation, '
+'node and evidence (the call is a replay); false when the key is unused; PR409 when it is bound to anything else. '
+'A key is a journal record carrying request_id (reinforce) or a prme.request_keys row (record_outcome).';
+
+CREATE OR REPLACE FUNCTION prme.reinforce(
+    node_id uuid,
+    user_id text,
+    evidence_id uuid DEFAULT NULL,
+    request_id uuid DEFAULT NULL
+)
+RETURNS prme.node_view
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(reinforce.user_id);
+    v_node prme.nodes;
+    v_after prme.nodes;
+    v_entry prme.journal;
+    v_key record;
+    v_now timestamptz := now();
+BEGIN
+    IF reinforce.node_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
+    END IF;
+
+    -- 2. Replay check before any row lock: plain reads, no WAL. The key's advisory
+    -- lock (prme._key_lock: memory only, no WAL either) comes first, and every call
+    -- that claims a key holds it until it commits, so the key seen here stays the key
+    -- until this call commits: no re-check is needed once the row is locked.
+    IF reinforce.request_id IS NOT NULL THEN
+        -- The key is the node's namespace's: read it and take the key's lock in one
+        -- statement (no row lock yet).
+        SELECT n.namespace, pg_advisory_xact_lock(prme._key_lock(v_user_id, n.namespace, reinforce.request_id))
+        INTO v_key
+        FROM prme.nodes AS n
+        WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
+        END IF;
+        v_node.namespace := v_key.namespace;
+        IF prme._is_replay(
+            v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
+        ) THEN
+            -- Read the node now: a replay returns the current node, and this new
+            -- snapshot sees the update of the call that committed the key.
+            SELECT n.* INTO v_node
+            FROM prme.nodes AS n
+            WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
+            RETURN prme._node_view(v_node, TRUE);
+        END IF;
+    END IF;
+
+    -- 3. Lock the node; missing, foreign and archived nodes are all "not found".
+    SELECT n.* INTO v_node
+    FROM prme.nodes AS n
+    WHERE n.user_id = v_user_id AND n.id = reinforce.node_id
+    FOR UPDATE;
+    IF NOT FOUND OR v_node.lifecycle_state = 'archived' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
+    END IF;
+
+    -- 4. Evidence must be an event of the same owner and scope.
+    IF reinforce.evidence_id IS NOT NULL THEN
+        PERFORM FROM prme.events AS e
+        WHERE e.user_id = v_user_id AND e.id = reinforce.evidence_id AND e.scope = v_node.scope;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'evidence not found';
+        END IF;
+    END IF;
+
+    -- 5. Additive caps; salience_base is unchanged.
+    v_after := v_node;
+    v_after.reinforcement_boost := prme._reinforced_boost(v_node.reinforcement_boost);
+    v_after.confidence_base := prme._reinforced_confidence(v_node.confidence_base);
+    v_after.last_reinforced_at := v_now;
+    v_after.updated_at := v_now;
+    IF reinforce.evidence_id IS NOT NULL THEN
+        v_after.evidence_refs := v_node.evidence_refs || reinforce.evidence_id;
+    END IF;
+    v_after.version := v_node.version + 1;
+    -- 7. The explicit_reinforcement outcome is this confirmation's journal record,
+    -- counted on the node by the same UPDATE (docs/MAINTENANCE.md).
+    v_after.reinforcements := v_node.reinforcements + 1;
+
+    -- 6. Journal record, chained to the node's previous record; it carries the key.
+    v_entry := prme._journal_entry(
+        'reinforce', 'additive_caps_v1', gen_random_uuid(), reinforce.request_id, reinforce.evidence_id,
+        v_node, v_after
+    );
+    v_after.last_checksum := v_entry.checksum;
+
+    -- No indexed column, no generated column, no trigger: a HOT update.
+    UPDATE prme.nodes AS n SET
+        reinforcement_boost = v_after.reinforcement_boost,
+        confidence_base = v_after.confidence_base,
+        last_reinforced_at = v_after.last_reinforced_at,
+        updated_at = v_after.updated_at,
+        evidence_refs = v_after.evidence_refs,
+        version = v_after.version,
+        last_checksum = v_after.last_checksum,
+        reinforcements = v_after.reinforcements
+    WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
+
+    -- The record claims the key (journal_request_key). Every call that claims a key
+    -- holds its advisory lock, so no API call can have claimed it since the check
+    -- above: a plain INSERT, no speculative insertion (ON CONFLICT).
+    INSERT INTO prme.journal SELECT v_entry.*;
+
+    RETURN prme._node_view(v_after, FALSE);
+END;
+$$;
+
+COMMENT ON FUNCTION prme.reinforce(uuid, text, uuid, uuid) IS
+'Confirms a memory of user_id (DESIGN.md section 3): boost +0.15 capped at 0.5, confidence +0.05 capped at 0.95, '
+'never reduced; evidence_id appended to evidence_refs; journaled, and the journal record is its '
+'explicit_reinforcement outcome and carries its key. With request_id, a retry of the same call returns the '
+'current node with replayed = true and writes nothing; reuse for anything else raises PR409. PR404 for a '
+'missing, foreign or archived node, or evidence of another owner or scope.';
+
 -- >>> sql/postgres/200_node_maintenance.sql
+
+CREATE FUNCTION prme._maintenance_recommendations(moves smallint, due boolean, decays boolean)
+RETURNS text[]
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE
+    WHEN NOT due
+        THEN
+            CASE moves
+                WHEN 0 THEN '{}'::text[]
+                WHEN 1 THEN '{review_memory}'
+                WHEN 2 THEN '{review_memory,decrease_stability}'
+                WHEN 3 THEN '{review_memory,mark_contested}'
+                WHEN 4 THEN '{review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{increase_stability}'
+                ELSE '{flag_for_review}'
+            END
+    WHEN decays
+        THEN
+            CASE moves
+                WHEN 0 THEN '{decay_confidence,review_due}'::text[]
+                WHEN 1 THEN '{decay_confidence,review_due,review_memory}'
+                WHEN 2 THEN '{decay_confidence,review_due,review_memory,decrease_stability}'
+                WHEN 3 THEN '{decay_confidence,review_due,review_memory,mark_contested}'
+                WHEN 4 THEN '{decay_confidence,review_due,review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{decay_confidence,review_due,increase_stability}'
+                ELSE '{decay_confidence,review_due,flag_for_review}'
+            END
+    ELSE CASE moves
+        WHEN 0 THEN '{review_due}'::text[]
+        WHEN 1 THEN '{review_due,review_memory}'
+        WHEN 2 THEN '{review_due,review_memory,decrease_stability}'
+        WHEN 3 THEN '{review_due,review_memory,mark_contested}'
+        WHEN 4 THEN '{review_due,review_memory,decrease_stability,mark_contested}'
+        WHEN 5 THEN '{review_due,increase_stability}'
+        ELSE '{review_due,flag_for_review}'
+    END
+END;
+
+COMMENT ON FUNCTION prme._maintenance_recommendations(smallint, boolean, boolean) IS
+'Internal: the recommendations of a memory (decay_confidence, review_due, then what the code of '
+'prme._maintenance_moves calls for) given that code, whether it is due, and whether it has cycles left to decay.';
+
+CREATE FUNCTION prme._maintenance_suggested_stability(moves smallint, stability text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE moves
+    WHEN 2 THEN CASE stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
+    WHEN 4 THEN CASE stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
+    WHEN 5 THEN CASE stability WHEN 'low' THEN 'semi-stable' ELSE 'stable' END
+    WHEN 6 THEN 'semi-stable'
+END;
+
+COMMENT ON FUNCTION prme._maintenance_suggested_stability(smallint, text) IS
+'Internal: the stability a code of prme._maintenance_moves suggests for a memory of this stability (NULL when '
+'it suggests no change).';
 
 CREATE FUNCTION prme._rebuild_outcome_totals(user_id text)
 RETURNS bigint
@@ -211,9 +453,9 @@ DECLARE
     v_user_id text := prme._valid_user_id(_rebuild_outcome_totals.user_id);
     v_rows bigint;
 BEGIN
-    -- One aggregate over the owner's outcome rows (not the rows confirmations wrote
-    -- before migration 0014_hot_path: those are counted by nodes.reinforcements),
-    -- written only to the memories whose totals differ.
+    -- One aggregate over the owner's outcome rows (not those recorded_by reinforce,
+    -- which confirmations wrote in earlier releases: nodes.reinforcements counts
+    -- them), written only to the memories whose totals differ.
     UPDATE prme.nodes AS n SET
         recorded_reinforcements = t.explicit_reinforcements,
         implicit_successes = t.implicit_successes,
@@ -251,6 +493,22 @@ COMMENT ON FUNCTION prme._rebuild_outcome_totals(text) IS
 'changed (0 when everything was right). Run it while the owner''s outcomes are not being recorded.';
 
 -- >>> sql/postgres/210_outcomes.sql
+
+CREATE OR REPLACE FUNCTION prme._outcome_weight(outcome text)
+RETURNS numeric
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE outcome
+    WHEN 'explicit_reinforcement' THEN 1.0
+    WHEN 'implicit_success' THEN 0.2
+    WHEN 'neutral_exposure' THEN 0
+    WHEN 'explicit_correction' THEN -1.0
+END;
+
+COMMENT ON FUNCTION prme._outcome_weight(text) IS
+'Internal: the weight of an outcome: explicit_reinforcement 1.0, implicit_success 0.2, neutral_exposure 0, '
+'explicit_correction -1.0; NULL for anything else.';
 
 CREATE OR REPLACE FUNCTION prme._add_outcome(
     user_id text,
@@ -303,6 +561,38 @@ $$;
 COMMENT ON FUNCTION prme._add_outcome(text, uuid, text, uuid, text, text, text, uuid, text, bigint, timestamptz) IS
 'Internal: appends one outcome event and adds it to the running totals on the memory''s row. The caller has '
 'validated the arguments and holds a lock on the node.';
+
+CREATE OR REPLACE FUNCTION prme._suggested_stability(
+    explicit_reinforcements bigint,
+    implicit_successes bigint,
+    neutral_exposures bigint,
+    explicit_corrections bigint
+)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Corrections weigh most: one is enough for low. Only explicit confirmation
+    -- reaches stable; silent successes never do.
+    IF explicit_corrections > 0
+       OR explicit_reinforcements * prme._outcome_weight('explicit_reinforcement')
+       + implicit_successes * prme._outcome_weight('implicit_success')
+       + neutral_exposures * prme._outcome_weight('neutral_exposure')
+       + explicit_corrections * prme._outcome_weight('explicit_correction') < 0 THEN
+        RETURN 'low';
+    END IF;
+    IF explicit_reinforcements >= 2 THEN
+        RETURN 'stable';
+    END IF;
+    RETURN 'semi-stable';
+END;
+$$;
+
+COMMENT ON FUNCTION prme._suggested_stability(bigint, bigint, bigint, bigint) IS
+'Internal: the stability outcome counts suggest: low if any explicit correction or a negative score; stable only '
+'with at least 2 explicit reinforcements; otherwise semi-stable.';
 
 CREATE OR REPLACE FUNCTION prme.record_outcome(
     user_id text,
@@ -425,6 +715,53 @@ COMMENT ON FUNCTION prme.record_outcome(text, uuid, text, uuid, text, text, text
 'the stored outcome with replayed = true and writes nothing; reuse with anything else raises PR409. PR404 for a '
 'missing, foreign or archived node, or evidence of another owner or scope; PR422 for invalid arguments.';
 
+CREATE OR REPLACE FUNCTION prme._outcome_replay(
+    user_id text,
+    namespace text,
+    request_id uuid,
+    node_id uuid,
+    outcome text,
+    evidence_id uuid,
+    profile_id text,
+    thread_id text,
+    notes text
+)
+RETURNS prme.outcomes
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_row prme.outcomes;
+BEGIN
+    IF NOT prme._is_replay(
+        _outcome_replay.user_id, _outcome_replay.namespace, _outcome_replay.request_id, 'record_outcome',
+        _outcome_replay.node_id, _outcome_replay.evidence_id
+    ) THEN
+        RETURN NULL;
+    END IF;
+    SELECT o.* INTO STRICT v_row
+    FROM prme.outcomes AS o
+    WHERE o.user_id = _outcome_replay.user_id
+      AND o.node_id = _outcome_replay.node_id
+      AND o.request_id = _outcome_replay.request_id;
+    IF v_row.outcome IS DISTINCT FROM _outcome_replay.outcome
+       OR v_row.profile_id IS DISTINCT FROM _outcome_replay.profile_id
+       OR v_row.thread_id IS DISTINCT FROM _outcome_replay.thread_id
+       OR v_row.notes IS DISTINCT FROM _outcome_replay.notes THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR409',
+            MESSAGE = 'request_id was already used for another request',
+            DETAIL = 'this key recorded another outcome, profile_id, thread_id or notes';
+    END IF;
+    RETURN v_row;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._outcome_replay(text, text, uuid, uuid, text, uuid, text, text, text) IS
+'Internal (volatile: reads with a fresh snapshot): the stored outcome when request_id already recorded exactly '
+'this outcome (a replay); NULL when the key is unused; PR409 when it is bound to anything else.';
+
 CREATE OR REPLACE FUNCTION prme.outcome_summary(user_id text, node_id uuid)
 RETURNS TABLE (
     explicit_reinforcements bigint,
@@ -460,8 +797,10 @@ BEGIN
     neutral_exposures := v_node.neutral_exposures;
     explicit_corrections := v_node.explicit_corrections;
     outcomes := explicit_reinforcements + implicit_successes + neutral_exposures + explicit_corrections;
-    score := explicit_reinforcements * 1.0 + implicit_successes * 0.2 + neutral_exposures * 0
-        - explicit_corrections * 1.0;
+    score := explicit_reinforcements * prme._outcome_weight('explicit_reinforcement')
+        + implicit_successes * prme._outcome_weight('implicit_success')
+        + neutral_exposures * prme._outcome_weight('neutral_exposure')
+        + explicit_corrections * prme._outcome_weight('explicit_correction');
     suggested_stability := prme._suggested_stability(
         explicit_reinforcements, implicit_successes, neutral_exposures, explicit_corrections
     );
@@ -477,6 +816,65 @@ COMMENT ON FUNCTION prme.outcome_summary(text, uuid) IS
 'The outcome summary of a memory of user_id over all its outcomes: counts per outcome, score (sum of weights) and '
 'suggested stability (low if any correction or score < 0; stable only from at least 2 explicit reinforcements; '
 'otherwise semi-stable). PR404 when the node is missing or foreign.';
+
+-- >>> sql/postgres/215_node_outcomes.sql
+
+CREATE OR REPLACE FUNCTION prme.node_outcomes(user_id text, node_id uuid, max_count integer DEFAULT 100)
+RETURNS SETOF prme.outcome_view
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(node_outcomes.user_id);
+    v_reinforcements bigint;
+BEGIN
+    IF node_outcomes.node_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
+    END IF;
+    IF node_outcomes.max_count IS NULL OR node_outcomes.max_count NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 10000';
+    END IF;
+    SELECT n.reinforcements INTO v_reinforcements
+    FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = node_outcomes.node_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
+    END IF;
+    RETURN QUERY
+    SELECT u.*
+    FROM (
+        -- Backwards along the index (user_id, node_id, created_at).
+        SELECT (prme._outcome_view(o, FALSE)).*
+        FROM prme.outcomes AS o
+        WHERE o.user_id = v_user_id AND o.node_id = node_outcomes.node_id AND o.recorded_by <> 'reinforce'
+        UNION ALL
+        -- Backwards along the journal's primary key.
+        SELECT
+            coalesce(x.id, c.operation_id), c.user_id, c.node_id, 'explicit_reinforcement'::text,
+            prme._outcome_weight('explicit_reinforcement')::numeric(3, 2),
+            c.evidence_id, NULL::text, NULL::text, NULL::text, c.request_id, 'reinforce'::text, c.node_version,
+            c.recorded_at, FALSE
+        FROM (
+            SELECT j.user_id, j.node_id, j.node_version, j.operation_id, j.evidence_id, j.request_id, j.recorded_at
+            FROM prme.journal AS j
+            WHERE j.user_id = v_user_id AND j.node_id = node_outcomes.node_id AND j.op = 'reinforce'
+            ORDER BY j.node_version DESC
+            LIMIT least(v_reinforcements, node_outcomes.max_count)
+        ) AS c
+        LEFT JOIN prme.outcomes AS x
+            ON x.user_id = c.user_id AND x.node_id = c.node_id AND x.recorded_by = 'reinforce'
+            AND x.node_version = c.node_version
+    ) AS u
+    ORDER BY u.created_at DESC, u.id DESC
+    LIMIT node_outcomes.max_count;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.node_outcomes(text, uuid, integer) IS
+'The outcome events of one memory of user_id (any lifecycle state), newest first, at most max_count (1..10000). '
+'PR404 for a missing or foreign memory.';
 
 -- >>> sql/postgres/240_reviews_and_decay.sql
 
@@ -675,46 +1073,11 @@ BEGIN
 
     SELECT
         c.node_id,
-        -- Constant arrays, chosen by the schedule and the code: nothing is built per row.
-        CASE
-            WHEN NOT c.due THEN CASE c.moves
-                WHEN 1 THEN '{review_memory}'::text[]
-                WHEN 2 THEN '{review_memory,decrease_stability}'
-                WHEN 3 THEN '{review_memory,mark_contested}'
-                WHEN 4 THEN '{review_memory,decrease_stability,mark_contested}'
-                WHEN 5 THEN '{increase_stability}'
-                ELSE '{flag_for_review}'
-            END
-            -- decay_confidence: due, with overdue cycles not yet decayed.
-            WHEN c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0 THEN CASE c.moves
-                WHEN 0 THEN '{decay_confidence,review_due}'::text[]
-                WHEN 1 THEN '{decay_confidence,review_due,review_memory}'
-                WHEN 2 THEN '{decay_confidence,review_due,review_memory,decrease_stability}'
-                WHEN 3 THEN '{decay_confidence,review_due,review_memory,mark_contested}'
-                WHEN 4 THEN '{decay_confidence,review_due,review_memory,decrease_stability,mark_contested}'
-                WHEN 5 THEN '{decay_confidence,review_due,increase_stability}'
-                ELSE '{decay_confidence,review_due,flag_for_review}'
-            END
-            ELSE CASE c.moves
-                WHEN 0 THEN '{review_due}'::text[]
-                WHEN 1 THEN '{review_due,review_memory}'
-                WHEN 2 THEN '{review_due,review_memory,decrease_stability}'
-                WHEN 3 THEN '{review_due,review_memory,mark_contested}'
-                WHEN 4 THEN '{review_due,review_memory,decrease_stability,mark_contested}'
-                WHEN 5 THEN '{review_due,increase_stability}'
-                ELSE '{review_due,flag_for_review}'
-            END
-        END,
+        -- decay_confidence: due, with overdue cycles not yet decayed.
+        prme._maintenance_recommendations(c.moves, c.due, c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0),
         c.lifecycle_state,
         c.stability,
-        -- Decreases go one step down, increases one step up, a flag at most to semi-stable.
-        CASE c.moves
-            WHEN 0 THEN NULL
-            WHEN 5 THEN CASE c.stability WHEN 'low' THEN 'semi-stable' ELSE 'stable' END
-            WHEN 6 THEN 'semi-stable'
-            WHEN 2 THEN CASE c.stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
-            WHEN 4 THEN CASE c.stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
-        END,
+        prme._maintenance_suggested_stability(c.moves, c.stability),
         c.confidence_base::numeric,
         CASE WHEN c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0
             -- greatest(confidence_base - cycles * decay, 0) in ten-thousandths: the same
@@ -965,6 +1328,16 @@ BEGIN
 END;
 $$;
 
+-- >>> sql/postgres/110_reinforce.sql: _key_replays is now _is_replay
+
+DROP FUNCTION prme._key_replays(text, text, uuid, text, uuid, uuid);
+
+-- >>> sql/postgres/210_outcomes.sql: the weights defined once (prme._outcome_weight)
+
+ALTER TABLE prme.outcomes
+DROP CONSTRAINT outcomes_check,
+ADD CONSTRAINT outcomes_check CHECK (weight = prme._outcome_weight(outcome));
+
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (17, 'report_on_the_memory_row', 'baff19285653389da1225e96ca6df18584208983992167e0f8f30608ba4843bb');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (17, 'report_on_the_memory_row', '2be0d1e4421d6513cd583006248c21a73a8bf75fae0a4c202ed6e6525e2ffcdb');

@@ -8,7 +8,7 @@
 -- calls that journal nothing (record_outcome). The row binds the key to what it
 -- did (operation, node, evidence) and to the journal record of the node state it
 -- saw; it is written in the call's transaction, so an aborted call leaves no key
--- behind. prme._key_replays reads both places.
+-- behind. prme._is_replay reads both places.
 -- =============================================================================
 
 CREATE TABLE prme.request_keys (

@@ -49,7 +49,7 @@ COMMENT ON FUNCTION prme._key_lock(text, text, uuid) IS
 'so a key reused by another kind of call is PR409 even when both race. A hash collision only makes two '
 'calls wait for each other.';
 
-CREATE FUNCTION prme._key_replays(
+CREATE FUNCTION prme._is_replay(
     user_id text,
     namespace text,
     request_id uuid,
@@ -63,35 +63,32 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_journal record;
-    v_key prme.request_keys;
+    v_key record;
 BEGIN
-    -- A confirmation's key is its journal record (index journal_request_key).
-    SELECT j.op, j.node_id, j.evidence_id INTO v_journal
-    FROM prme.journal AS j
-    WHERE j.user_id = _key_replays.user_id
-      AND j.key_namespace = _key_replays.namespace
-      AND j.request_id = _key_replays.request_id;
-    IF FOUND THEN
-        IF _key_replays.operation = 'reinforce' AND v_journal.op = 'reinforce'
-           AND v_journal.node_id = _key_replays.node_id
-           AND v_journal.evidence_id IS NOT DISTINCT FROM _key_replays.evidence_id THEN
-            RETURN TRUE;
-        END IF;
-    ELSE
-        -- Any other call's key: record_outcome's.
-        SELECT k.* INTO v_key
+    -- Where the key lives, in one read: a confirmation's key is its journal record
+    -- (index journal_request_key), record_outcome's a prme.request_keys row. A key is
+    -- in one place only (both kinds of call claim it under its advisory lock).
+    SELECT u.operation, u.node_id, u.evidence_id INTO v_key
+    FROM (
+        SELECT j.op AS operation, j.node_id, j.evidence_id
+        FROM prme.journal AS j
+        WHERE j.user_id = _is_replay.user_id
+          AND j.key_namespace = _is_replay.namespace
+          AND j.request_id = _is_replay.request_id
+        UNION ALL
+        SELECT k.operation, k.node_id, k.evidence_id
         FROM prme.request_keys AS k
-        WHERE k.user_id = _key_replays.user_id
-          AND k.namespace = _key_replays.namespace
-          AND k.request_id = _key_replays.request_id;
-        IF NOT FOUND THEN
-            RETURN FALSE;
-        END IF;
-        IF v_key.operation = _key_replays.operation AND v_key.node_id = _key_replays.node_id
-           AND v_key.evidence_id IS NOT DISTINCT FROM _key_replays.evidence_id THEN
-            RETURN TRUE;
-        END IF;
+        WHERE k.user_id = _is_replay.user_id
+          AND k.namespace = _is_replay.namespace
+          AND k.request_id = _is_replay.request_id
+    ) AS u
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN FALSE;
+    END IF;
+    IF v_key.operation = _is_replay.operation AND v_key.node_id = _is_replay.node_id
+       AND v_key.evidence_id IS NOT DISTINCT FROM _is_replay.evidence_id THEN
+        RETURN TRUE;
     END IF;
     RAISE EXCEPTION USING
         ERRCODE = 'PR409',
@@ -100,11 +97,11 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme._key_replays(text, text, uuid, text, uuid, uuid) IS
+COMMENT ON FUNCTION prme._is_replay(text, text, uuid, text, uuid, uuid) IS
 'Internal (volatile on purpose: each call reads with a fresh snapshot, so it sees keys committed while the '
-'caller waited for the key''s advisory lock): true when a committed key binds request_id to this same operation, node and '
-'evidence (a replay); false when the key is unused; PR409 when it is bound to anything else. A key is a journal '
-'record carrying request_id (reinforce) or a prme.request_keys row (record_outcome).';
+'caller waited for the key''s advisory lock): true when a committed key binds request_id to this same operation, '
+'node and evidence (the call is a replay); false when the key is unused; PR409 when it is bound to anything else. '
+'A key is a journal record carrying request_id (reinforce) or a prme.request_keys row (record_outcome).';
 
 CREATE FUNCTION prme.reinforce(
     node_id uuid,
@@ -123,6 +120,7 @@ DECLARE
     v_node prme.nodes;
     v_after prme.nodes;
     v_entry prme.journal;
+    v_key record;
     v_now timestamptz := now();
 BEGIN
     IF reinforce.node_id IS NULL THEN
@@ -134,14 +132,17 @@ BEGIN
     -- that claims a key holds it until it commits, so the key seen here stays the key
     -- until this call commits: no re-check is needed once the row is locked.
     IF reinforce.request_id IS NOT NULL THEN
-        SELECT n.namespace INTO v_node.namespace
+        -- The key is the node's namespace's: read it and take the key's lock in one
+        -- statement (no row lock yet).
+        SELECT n.namespace, pg_advisory_xact_lock(prme._key_lock(v_user_id, n.namespace, reinforce.request_id))
+        INTO v_key
         FROM prme.nodes AS n
         WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
         END IF;
-        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, reinforce.request_id));
-        IF prme._key_replays(
+        v_node.namespace := v_key.namespace;
+        IF prme._is_replay(
             v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
         ) THEN
             -- Read the node now: a replay returns the current node, and this new

@@ -50,6 +50,70 @@ COMMENT ON FUNCTION prme._maintenance_moves(text, text, bigint, bigint, bigint) 
 'decrease_stability, 3 review_memory and mark_contested, 4 all three, 5 increase_stability, 6 flag_for_review) '
 'for a memory of this stability and lifecycle state (0 unless active or contested). See docs/MAINTENANCE.md.';
 
+-- What the report makes of a code, beside _maintenance_moves that makes it: the
+-- recommendations, in their documented order, of a memory that is due (with cycles
+-- left to decay) or not, as constant arrays (nothing is built per row); and the
+-- stability the code suggests (decreases one step down, increases one step up, a
+-- flag at most to semi-stable). SQL-standard bodies: inlined into the report.
+CREATE FUNCTION prme._maintenance_recommendations(moves smallint, due boolean, decays boolean)
+RETURNS text[]
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE
+    WHEN NOT due
+        THEN
+            CASE moves
+                WHEN 0 THEN '{}'::text[]
+                WHEN 1 THEN '{review_memory}'
+                WHEN 2 THEN '{review_memory,decrease_stability}'
+                WHEN 3 THEN '{review_memory,mark_contested}'
+                WHEN 4 THEN '{review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{increase_stability}'
+                ELSE '{flag_for_review}'
+            END
+    WHEN decays
+        THEN
+            CASE moves
+                WHEN 0 THEN '{decay_confidence,review_due}'::text[]
+                WHEN 1 THEN '{decay_confidence,review_due,review_memory}'
+                WHEN 2 THEN '{decay_confidence,review_due,review_memory,decrease_stability}'
+                WHEN 3 THEN '{decay_confidence,review_due,review_memory,mark_contested}'
+                WHEN 4 THEN '{decay_confidence,review_due,review_memory,decrease_stability,mark_contested}'
+                WHEN 5 THEN '{decay_confidence,review_due,increase_stability}'
+                ELSE '{decay_confidence,review_due,flag_for_review}'
+            END
+    ELSE CASE moves
+        WHEN 0 THEN '{review_due}'::text[]
+        WHEN 1 THEN '{review_due,review_memory}'
+        WHEN 2 THEN '{review_due,review_memory,decrease_stability}'
+        WHEN 3 THEN '{review_due,review_memory,mark_contested}'
+        WHEN 4 THEN '{review_due,review_memory,decrease_stability,mark_contested}'
+        WHEN 5 THEN '{review_due,increase_stability}'
+        ELSE '{review_due,flag_for_review}'
+    END
+END;
+
+COMMENT ON FUNCTION prme._maintenance_recommendations(smallint, boolean, boolean) IS
+'Internal: the recommendations of a memory (decay_confidence, review_due, then what the code of '
+'prme._maintenance_moves calls for) given that code, whether it is due, and whether it has cycles left to decay.';
+
+CREATE FUNCTION prme._maintenance_suggested_stability(moves smallint, stability text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE moves
+    WHEN 2 THEN CASE stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
+    WHEN 4 THEN CASE stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
+    WHEN 5 THEN CASE stability WHEN 'low' THEN 'semi-stable' ELSE 'stable' END
+    WHEN 6 THEN 'semi-stable'
+END;
+
+COMMENT ON FUNCTION prme._maintenance_suggested_stability(smallint, text) IS
+'Internal: the stability a code of prme._maintenance_moves suggests for a memory of this stability (NULL when '
+'it suggests no change).';
+
 CREATE FUNCTION prme._rebuild_outcome_totals(user_id text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -60,9 +124,9 @@ DECLARE
     v_user_id text := prme._valid_user_id(_rebuild_outcome_totals.user_id);
     v_rows bigint;
 BEGIN
-    -- One aggregate over the owner's outcome rows (not the rows confirmations wrote
-    -- before migration 0014_hot_path: those are counted by nodes.reinforcements),
-    -- written only to the memories whose totals differ.
+    -- One aggregate over the owner's outcome rows (not those recorded_by reinforce,
+    -- which confirmations wrote in earlier releases: nodes.reinforcements counts
+    -- them), written only to the memories whose totals differ.
     UPDATE prme.nodes AS n SET
         recorded_reinforcements = t.explicit_reinforcements,
         implicit_successes = t.implicit_successes,

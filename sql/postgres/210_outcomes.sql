@@ -11,14 +11,34 @@
 -- totals on the memory's row (200), in the same transaction, so the maintenance
 -- report reads one row per memory instead of aggregating every outcome.
 -- A confirmation (prme.reinforce) writes no row here: its explicit_reinforcement
--- outcome is its journal record, counted by prme.nodes.reinforcements (0014; rows
--- that confirmations wrote before are kept, recorded_by 'reinforce', and read
--- through the journal like the newer ones).
+-- outcome is its journal record, counted by prme.nodes.reinforcements (the rows
+-- recorded_by 'reinforce' that confirmations wrote in earlier releases are kept, and
+-- read through the journal like the newer ones).
 -- record_outcome is idempotent by request_id like reinforce: the key lives in
 -- prme.request_keys (operation 'record_outcome'), bound to the node and evidence,
 -- and to the journal record of the node state the outcome was recorded against;
 -- the other arguments are compared with the stored outcome. See docs/MAINTENANCE.md.
 -- =============================================================================
+
+-- The weight of each kind of outcome, defined here once: the table's CHECK, the
+-- rows _add_outcome writes, and the scores of outcome_summary and
+-- _suggested_stability use it. A SQL-standard body: inlined (and folded to a
+-- constant for a constant outcome).
+CREATE FUNCTION prme._outcome_weight(outcome text)
+RETURNS numeric
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN CASE outcome
+    WHEN 'explicit_reinforcement' THEN 1.0
+    WHEN 'implicit_success' THEN 0.2
+    WHEN 'neutral_exposure' THEN 0
+    WHEN 'explicit_correction' THEN -1.0
+END;
+
+COMMENT ON FUNCTION prme._outcome_weight(text) IS
+'Internal: the weight of an outcome: explicit_reinforcement 1.0, implicit_success 0.2, neutral_exposure 0, '
+'explicit_correction -1.0; NULL for anything else.';
 
 CREATE TABLE prme.outcomes (
     user_id text NOT NULL,
@@ -41,12 +61,7 @@ CREATE TABLE prme.outcomes (
     -- evidence_id is checked by the functions that append (same owner and scope as
     -- the node); no foreign key, so prme.events stays a table nothing references.
     -- The weight is a function of the outcome; stored so a row reads on its own.
-    CHECK (weight = CASE outcome
-        WHEN 'explicit_reinforcement' THEN 1.0
-        WHEN 'implicit_success' THEN 0.2
-        WHEN 'neutral_exposure' THEN 0
-        WHEN 'explicit_correction' THEN -1.0
-    END)
+    CONSTRAINT outcomes_check CHECK (weight = prme._outcome_weight(outcome))
 );
 
 COMMENT ON TABLE prme.outcomes IS
@@ -111,26 +126,6 @@ $$;
 
 COMMENT ON FUNCTION prme._outcome_view(prme.outcomes, boolean) IS
 'Internal: the API view of an outcome row (adds replayed).';
-
-CREATE FUNCTION prme._outcome_weight(outcome text)
-RETURNS numeric
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN CASE outcome
-        WHEN 'explicit_reinforcement' THEN 1.0
-        WHEN 'implicit_success' THEN 0.2
-        WHEN 'neutral_exposure' THEN 0
-        WHEN 'explicit_correction' THEN -1.0
-    END;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._outcome_weight(text) IS
-'Internal: the weight of an outcome: explicit_reinforcement 1.0, implicit_success 0.2, neutral_exposure 0, '
-'explicit_correction -1.0; NULL for anything else.';
 
 CREATE FUNCTION prme._valid_outcome(outcome text)
 RETURNS text
@@ -262,8 +257,10 @@ BEGIN
     -- Corrections weigh most: one is enough for low. Only explicit confirmation
     -- reaches stable; silent successes never do.
     IF explicit_corrections > 0
-       OR explicit_reinforcements * 1.0 + implicit_successes * 0.2 + neutral_exposures * 0
-       - explicit_corrections * 1.0 < 0 THEN
+       OR explicit_reinforcements * prme._outcome_weight('explicit_reinforcement')
+       + implicit_successes * prme._outcome_weight('implicit_success')
+       + neutral_exposures * prme._outcome_weight('neutral_exposure')
+       + explicit_corrections * prme._outcome_weight('explicit_correction') < 0 THEN
         RETURN 'low';
     END IF;
     IF explicit_reinforcements >= 2 THEN
@@ -417,7 +414,7 @@ AS $$
 DECLARE
     v_row prme.outcomes;
 BEGIN
-    IF NOT prme._key_replays(
+    IF NOT prme._is_replay(
         _outcome_replay.user_id, _outcome_replay.namespace, _outcome_replay.request_id, 'record_outcome',
         _outcome_replay.node_id, _outcome_replay.evidence_id
     ) THEN
@@ -480,8 +477,10 @@ BEGIN
     neutral_exposures := v_node.neutral_exposures;
     explicit_corrections := v_node.explicit_corrections;
     outcomes := explicit_reinforcements + implicit_successes + neutral_exposures + explicit_corrections;
-    score := explicit_reinforcements * 1.0 + implicit_successes * 0.2 + neutral_exposures * 0
-        - explicit_corrections * 1.0;
+    score := explicit_reinforcements * prme._outcome_weight('explicit_reinforcement')
+        + implicit_successes * prme._outcome_weight('implicit_success')
+        + neutral_exposures * prme._outcome_weight('neutral_exposure')
+        + explicit_corrections * prme._outcome_weight('explicit_correction');
     suggested_stability := prme._suggested_stability(
         explicit_reinforcements, implicit_successes, neutral_exposures, explicit_corrections
     );

@@ -5,7 +5,8 @@
 -- counts them, this lists them: its outcome rows, and its confirmations, whose
 -- explicit_reinforcement outcome is their journal record (the newest
 -- nodes.reinforcements records of op reinforce; 110). A confirmation's outcome id is
--- the id of the row it wrote before 0014, else its journal record's operation_id.
+-- the id of its outcome row (recorded_by 'reinforce', written by earlier releases)
+-- when it has one, else its journal record's operation_id.
 -- =============================================================================
 
 CREATE FUNCTION prme.node_outcomes(user_id text, node_id uuid, max_count integer DEFAULT 100)
@@ -41,7 +42,8 @@ BEGIN
         UNION ALL
         -- Backwards along the journal's primary key.
         SELECT
-            coalesce(x.id, c.operation_id), c.user_id, c.node_id, 'explicit_reinforcement'::text, 1.0::numeric(3, 2),
+            coalesce(x.id, c.operation_id), c.user_id, c.node_id, 'explicit_reinforcement'::text,
+            prme._outcome_weight('explicit_reinforcement')::numeric(3, 2),
             c.evidence_id, NULL::text, NULL::text, NULL::text, c.request_id, 'reinforce'::text, c.node_version,
             c.recorded_at, FALSE
         FROM (

@@ -147,46 +147,11 @@ BEGIN
 
     SELECT
         c.node_id,
-        -- Constant arrays, chosen by the schedule and the code: nothing is built per row.
-        CASE
-            WHEN NOT c.due THEN CASE c.moves
-                WHEN 1 THEN '{review_memory}'::text[]
-                WHEN 2 THEN '{review_memory,decrease_stability}'
-                WHEN 3 THEN '{review_memory,mark_contested}'
-                WHEN 4 THEN '{review_memory,decrease_stability,mark_contested}'
-                WHEN 5 THEN '{increase_stability}'
-                ELSE '{flag_for_review}'
-            END
-            -- decay_confidence: due, with overdue cycles not yet decayed.
-            WHEN c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0 THEN CASE c.moves
-                WHEN 0 THEN '{decay_confidence,review_due}'::text[]
-                WHEN 1 THEN '{decay_confidence,review_due,review_memory}'
-                WHEN 2 THEN '{decay_confidence,review_due,review_memory,decrease_stability}'
-                WHEN 3 THEN '{decay_confidence,review_due,review_memory,mark_contested}'
-                WHEN 4 THEN '{decay_confidence,review_due,review_memory,decrease_stability,mark_contested}'
-                WHEN 5 THEN '{decay_confidence,review_due,increase_stability}'
-                ELSE '{decay_confidence,review_due,flag_for_review}'
-            END
-            ELSE CASE c.moves
-                WHEN 0 THEN '{review_due}'::text[]
-                WHEN 1 THEN '{review_due,review_memory}'
-                WHEN 2 THEN '{review_due,review_memory,decrease_stability}'
-                WHEN 3 THEN '{review_due,review_memory,mark_contested}'
-                WHEN 4 THEN '{review_due,review_memory,decrease_stability,mark_contested}'
-                WHEN 5 THEN '{review_due,increase_stability}'
-                ELSE '{review_due,flag_for_review}'
-            END
-        END,
+        -- decay_confidence: due, with overdue cycles not yet decayed.
+        prme._maintenance_recommendations(c.moves, c.due, c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0),
         c.lifecycle_state,
         c.stability,
-        -- Decreases go one step down, increases one step up, a flag at most to semi-stable.
-        CASE c.moves
-            WHEN 0 THEN NULL
-            WHEN 5 THEN CASE c.stability WHEN 'low' THEN 'semi-stable' ELSE 'stable' END
-            WHEN 6 THEN 'semi-stable'
-            WHEN 2 THEN CASE c.stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
-            WHEN 4 THEN CASE c.stability WHEN 'stable' THEN 'semi-stable' ELSE 'low' END
-        END,
+        prme._maintenance_suggested_stability(c.moves, c.stability),
         c.confidence_base::numeric,
         CASE WHEN c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0
             -- greatest(confidence_base - cycles * decay, 0) in ten-thousandths: the same
