@@ -131,30 +131,21 @@ CREATE TABLE prme.nodes (
     -- totals of its outcome rows (prme.outcomes, added to by prme._add_outcome), the
     -- totals its last review settled (reviewed_explicit_reinforcements over
     -- confirmations and outcome rows together), and the overdue cycles decayed
-    -- against its schedule. None is indexed, so their UPDATEs stay HOT too.
-    recorded_reinforcements bigint NOT NULL DEFAULT 0
-    CONSTRAINT nodes_recorded_reinforcements_check CHECK (recorded_reinforcements >= 0),
-    implicit_successes bigint NOT NULL DEFAULT 0
-    CONSTRAINT nodes_implicit_successes_check CHECK (implicit_successes >= 0),
-    neutral_exposures bigint NOT NULL DEFAULT 0
-    CONSTRAINT nodes_neutral_exposures_check CHECK (neutral_exposures >= 0),
-    explicit_corrections bigint NOT NULL DEFAULT 0
-    CONSTRAINT nodes_explicit_corrections_check CHECK (explicit_corrections >= 0),
+    -- against its schedule. None is indexed, so their UPDATEs stay HOT too; none has
+    -- a CHECK constraint, which every UPDATE of the memory (each confirmation) would
+    -- read back and evaluate: prme._rebuild_outcome_totals and the tests check them.
+    recorded_reinforcements bigint NOT NULL DEFAULT 0,
+    implicit_successes bigint NOT NULL DEFAULT 0,
+    neutral_exposures bigint NOT NULL DEFAULT 0,
+    explicit_corrections bigint NOT NULL DEFAULT 0,
     last_outcome_at timestamptz,
-    reviewed_explicit_reinforcements bigint NOT NULL DEFAULT 0
-    CONSTRAINT nodes_reviewed_explicit_reinforcements_check CHECK (reviewed_explicit_reinforcements >= 0),
-    reviewed_implicit_successes bigint NOT NULL DEFAULT 0
-    CONSTRAINT nodes_reviewed_implicit_successes_check
-    CHECK (reviewed_implicit_successes BETWEEN 0 AND implicit_successes),
-    reviewed_neutral_exposures bigint NOT NULL DEFAULT 0
-    CONSTRAINT nodes_reviewed_neutral_exposures_check
-    CHECK (reviewed_neutral_exposures BETWEEN 0 AND neutral_exposures),
-    reviewed_explicit_corrections bigint NOT NULL DEFAULT 0
-    CONSTRAINT nodes_reviewed_explicit_corrections_check
-    CHECK (reviewed_explicit_corrections BETWEEN 0 AND explicit_corrections),
+    reviewed_explicit_reinforcements bigint NOT NULL DEFAULT 0,
+    reviewed_implicit_successes bigint NOT NULL DEFAULT 0,
+    reviewed_neutral_exposures bigint NOT NULL DEFAULT 0,
+    reviewed_explicit_corrections bigint NOT NULL DEFAULT 0,
     reviewed_at timestamptz,
     decay_anchor timestamptz,
-    decay_cycles integer NOT NULL DEFAULT 0 CONSTRAINT nodes_decay_cycles_check CHECK (decay_cycles >= 0),
+    decay_cycles integer NOT NULL DEFAULT 0,
     PRIMARY KEY (user_id, id)
 )
 -- Room on each page for the next version of its rows: a confirmation's UPDATE
