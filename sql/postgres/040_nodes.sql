@@ -194,22 +194,11 @@ $$;
 COMMENT ON FUNCTION prme._node_view(prme.nodes, boolean) IS
 'Internal: the API view of a node row (drops derived columns, adds replayed).';
 
--- SQL-standard bodies, no SET clause (here and in _node_state, 060's
+-- SQL-standard bodies, no SET clause (here, in 025's _json_time, 060's
 -- _journal_record_v2, 110's caps): bound to their objects when created, so the
 -- session's search_path cannot reach them, and inlined into the statement that
 -- calls them. Every confirmation builds two node states and a record with them
 -- (docs/REINFORCE.md, "Hot path").
-CREATE FUNCTION prme._json_time(value timestamptz)
-RETURNS text
-LANGUAGE sql
-STABLE
-PARALLEL SAFE
--- UTC, always six fractional digits: independent of the session's TimeZone and DateStyle.
-RETURN coalesce('"' || to_char(value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'null');
-
-COMMENT ON FUNCTION prme._json_time(timestamptz) IS
-'Internal: a timestamp as a journal JSON value, "YYYY-MM-DDTHH:MM:SS.ffffffZ" in UTC, or null.';
-
 CREATE FUNCTION prme._node_state(node prme.nodes)
 RETURNS text
 LANGUAGE sql

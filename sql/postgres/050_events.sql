@@ -21,21 +21,6 @@ CREATE TABLE prme.events (
 COMMENT ON TABLE prme.events IS
 'Immutable evidence (messages, observations) that confirmations cite. Updates and deletes are refused.';
 
-CREATE FUNCTION prme._refuse_change()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RAISE EXCEPTION USING
-        ERRCODE = 'PR422',
-        MESSAGE = format('%s.%s is append-only: %s is not allowed', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP);
-END;
-$$;
-
-COMMENT ON FUNCTION prme._refuse_change() IS
-'Internal trigger: refuses UPDATE, DELETE and TRUNCATE on append-only tables.';
-
 CREATE TRIGGER events_append_only
 BEFORE UPDATE OR DELETE ON prme.events
 FOR EACH ROW EXECUTE FUNCTION prme._refuse_change();

@@ -56,21 +56,6 @@ CREATE TRIGGER journal_no_truncate
 BEFORE TRUNCATE ON prme.journal
 FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
 
-CREATE FUNCTION prme._sha256_hex(value text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- convert_to, not ::bytea: the bytea cast would interpret backslash escapes.
-    RETURN encode(sha256(convert_to(value, 'UTF8')), 'hex');
-END;
-$$;
-
-COMMENT ON FUNCTION prme._sha256_hex(text) IS
-'Internal: sha256 of the UTF-8 bytes of value, as lowercase hex.';
-
 CREATE FUNCTION prme._journal_record_v2(
     op text,
     policy text,
@@ -89,7 +74,7 @@ LANGUAGE sql
 STABLE
 PARALLEL SAFE
 -- Keys in RFC 8785 order (all ASCII, so code-unit order is byte order). SQL-standard
--- body, no SET clause: inlined (040_nodes.sql, _json_time).
+-- body, no SET clause: inlined (040_nodes.sql, _node_state).
 RETURN '{"after":' || after_state
 || ',"before":' || coalesce(before_state, 'null')
 || ',"evidence_id":' || coalesce('"' || evidence_id::text || '"', 'null')

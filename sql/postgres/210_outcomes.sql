@@ -132,69 +132,6 @@ COMMENT ON FUNCTION prme._outcome_weight(text) IS
 'Internal: the weight of an outcome: explicit_reinforcement 1.0, implicit_success 0.2, neutral_exposure 0, '
 'explicit_correction -1.0; NULL for anything else.';
 
-CREATE FUNCTION prme._valid_outcome(outcome text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF prme._outcome_weight(outcome) IS NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'outcome must be explicit_reinforcement, implicit_success, neutral_exposure or explicit_correction',
-            DETAIL = format('got %s', coalesce(quote_literal(left(outcome, 80)), 'NULL'));
-    END IF;
-    RETURN outcome;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._valid_outcome(text) IS
-'Internal: returns outcome when it is one of the four outcome kinds, else raises PR422.';
-
-CREATE FUNCTION prme._valid_ref(argument text, value text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- An explicit control-character set (C0, DEL, C1): [[:cntrl:]] depends on the locale.
-    IF value IS NOT NULL
-       AND (length(value) NOT BETWEEN 1 AND 256 OR value ~ E'[\\x01-\\x1f\\x7f-\\x9f]' OR value <> btrim(value)) THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = format('%s must be 1 to 256 characters without control characters or surrounding spaces',
-                argument);
-    END IF;
-    RETURN value;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._valid_ref(text, text) IS
-'Internal: returns value (NULL allowed) when it is a valid external reference such as profile_id or thread_id '
-'(1 to 256 characters, no control characters or surrounding spaces), else raises PR422.';
-
-CREATE FUNCTION prme._valid_notes(notes text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF octet_length(notes) > 65536 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'notes must be at most 65536 bytes',
-            DETAIL = format('got %s bytes', octet_length(notes));
-    END IF;
-    RETURN notes;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._valid_notes(text) IS
-'Internal: returns notes (NULL allowed) when it is at most 64 KiB of UTF-8, else raises PR422.';
-
 CREATE FUNCTION prme._add_outcome(
     user_id text,
     node_id uuid,
