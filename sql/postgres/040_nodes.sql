@@ -148,6 +148,20 @@ COMMENT ON COLUMN prme.nodes.reinforcements IS
 -- so a lookup reads one owner's postings for each query word, however large the table.
 CREATE INDEX nodes_search_idx ON prme.nodes USING gin (search);
 
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.nodes ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON prme.nodes FROM public;
+GRANT SELECT ON prme.nodes TO prme_reader, prme_auditor;
+CREATE POLICY nodes_reader_owner ON prme.nodes FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY nodes_auditor_all ON prme.nodes FOR SELECT TO prme_auditor USING (TRUE);
+
 -- What API functions return: the node (without derived columns) plus whether a
 -- retried request was answered from its idempotency key.
 CREATE TYPE prme.node_view AS (

@@ -28,3 +28,17 @@ FOR EACH ROW EXECUTE FUNCTION prme._refuse_change();
 CREATE TRIGGER events_no_truncate
 BEFORE TRUNCATE ON prme.events
 FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.events ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON prme.events FROM public;
+GRANT SELECT ON prme.events TO prme_reader, prme_auditor;
+CREATE POLICY events_reader_owner ON prme.events FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY events_auditor_all ON prme.events FOR SELECT TO prme_auditor USING (TRUE);

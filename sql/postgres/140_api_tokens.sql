@@ -20,6 +20,9 @@ CREATE TABLE prme.api_tokens (
 COMMENT ON TABLE prme.api_tokens IS
 'HTTP bearer tokens: the sha256 of each token and the one owner it acts for. Tokens themselves are never stored.';
 
+-- No role but prme_owner reads tokens: row-level security without a policy.
+ALTER TABLE prme.api_tokens ENABLE ROW LEVEL SECURITY;
+
 CREATE FUNCTION prme.create_api_token(user_id text, token_sha256 text, label text DEFAULT '')
 RETURNS timestamptz
 LANGUAGE plpgsql
@@ -94,8 +97,9 @@ $$;
 COMMENT ON FUNCTION prme.authenticate_api_token(text, text) IS
 'True when token_sha256 is a live (unrevoked) bearer token of user_id.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.create_api_token(text, text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.create_api_token(text, text, text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.revoke_api_token(text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.revoke_api_token(text, text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.authenticate_api_token(text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.authenticate_api_token(text, text) TO prme_app;
-ALTER TABLE prme.api_tokens ENABLE ROW LEVEL SECURITY;

@@ -208,5 +208,5 @@ COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) IS
 '1..1000; the query is at most 64 KiB with at most 1024 distinct lexemes. Archived and deprecated memories are '
 'excluded. Nothing is written. See docs/RECALL.md.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) TO prme_app;

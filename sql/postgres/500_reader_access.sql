@@ -1,26 +1,15 @@
 -- =============================================================================
--- prme-pg: what prme_reader reads beyond the core tables
+-- prme-pg: what prme_reader reads of outcomes, maintenance and the ledger
 --
--- 135 lets prme_reader read nodes, events and the journal of the owners bound to
--- the reading role (prme.reader_bindings), and prme_auditor every owner's. The
--- same holds for every owner's table added since: outcome events and their
--- bookkeeping, the correction inbox, the owners' own maintenance settings (not the
--- '*' defaults), maintenance patches and their ops, prompt snapshots, and the
--- operations ledger. Each table already has row-level security enabled; each gets
--- SELECT for both roles and the same two policies as 135's. Not readable:
--- request_keys (idempotency internals) and api_tokens (credentials).
+-- The reader grants and policies of the tables of 200, 210, 260, 410 and 450
+-- (015_reader_bindings.sql describes them; every other table's file holds its own).
 -- =============================================================================
 
 GRANT SELECT ON
 prme.outcomes,
 prme.node_maintenance,
-prme.correction_inbox,
-prme.maintenance_settings,
 prme.maintenance_patches,
 prme.patch_ops,
-prme.snapshot_generations,
-prme.snapshot_heads,
-prme.snapshot_history,
 prme.operations,
 prme.operation_events,
 prme.operation_parts
@@ -40,20 +29,6 @@ USING (
         WHERE pg_has_role(b.reader, 'USAGE')
     ))
 );
-CREATE POLICY correction_inbox_reader_owner ON prme.correction_inbox FOR SELECT TO prme_reader
-USING (
-    user_id = any(array(
-        SELECT b.user_id FROM prme.reader_bindings AS b
-        WHERE pg_has_role(b.reader, 'USAGE')
-    ))
-);
-CREATE POLICY maintenance_settings_reader_owner ON prme.maintenance_settings FOR SELECT TO prme_reader
-USING (
-    user_id = any(array(
-        SELECT b.user_id FROM prme.reader_bindings AS b
-        WHERE pg_has_role(b.reader, 'USAGE')
-    ))
-);
 CREATE POLICY maintenance_patches_reader_owner ON prme.maintenance_patches FOR SELECT TO prme_reader
 USING (
     user_id = any(array(
@@ -62,27 +37,6 @@ USING (
     ))
 );
 CREATE POLICY patch_ops_reader_owner ON prme.patch_ops FOR SELECT TO prme_reader
-USING (
-    user_id = any(array(
-        SELECT b.user_id FROM prme.reader_bindings AS b
-        WHERE pg_has_role(b.reader, 'USAGE')
-    ))
-);
-CREATE POLICY snapshot_generations_reader_owner ON prme.snapshot_generations FOR SELECT TO prme_reader
-USING (
-    user_id = any(array(
-        SELECT b.user_id FROM prme.reader_bindings AS b
-        WHERE pg_has_role(b.reader, 'USAGE')
-    ))
-);
-CREATE POLICY snapshot_heads_reader_owner ON prme.snapshot_heads FOR SELECT TO prme_reader
-USING (
-    user_id = any(array(
-        SELECT b.user_id FROM prme.reader_bindings AS b
-        WHERE pg_has_role(b.reader, 'USAGE')
-    ))
-);
-CREATE POLICY snapshot_history_reader_owner ON prme.snapshot_history FOR SELECT TO prme_reader
 USING (
     user_id = any(array(
         SELECT b.user_id FROM prme.reader_bindings AS b
@@ -112,13 +66,8 @@ USING (
 );
 CREATE POLICY outcomes_auditor_all ON prme.outcomes FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY node_maintenance_auditor_all ON prme.node_maintenance FOR SELECT TO prme_auditor USING (TRUE);
-CREATE POLICY correction_inbox_auditor_all ON prme.correction_inbox FOR SELECT TO prme_auditor USING (TRUE);
-CREATE POLICY maintenance_settings_auditor_all ON prme.maintenance_settings FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY maintenance_patches_auditor_all ON prme.maintenance_patches FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY patch_ops_auditor_all ON prme.patch_ops FOR SELECT TO prme_auditor USING (TRUE);
-CREATE POLICY snapshot_generations_auditor_all ON prme.snapshot_generations FOR SELECT TO prme_auditor USING (TRUE);
-CREATE POLICY snapshot_heads_auditor_all ON prme.snapshot_heads FOR SELECT TO prme_auditor USING (TRUE);
-CREATE POLICY snapshot_history_auditor_all ON prme.snapshot_history FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY operations_auditor_all ON prme.operations FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY operation_events_auditor_all ON prme.operation_events FOR SELECT TO prme_auditor USING (TRUE);
 CREATE POLICY operation_parts_auditor_all ON prme.operation_parts FOR SELECT TO prme_auditor USING (TRUE);
