@@ -254,3 +254,15 @@ COMMENT ON FUNCTION prme._rebuild_node_maintenance(text) IS
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 ALTER TABLE prme.node_maintenance ENABLE ROW LEVEL SECURITY;
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+GRANT SELECT ON prme.node_maintenance TO prme_reader, prme_auditor;
+CREATE POLICY node_maintenance_reader_owner ON prme.node_maintenance FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY node_maintenance_auditor_all ON prme.node_maintenance FOR SELECT TO prme_auditor USING (TRUE);

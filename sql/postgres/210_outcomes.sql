@@ -446,3 +446,15 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 GRANT EXECUTE ON FUNCTION prme.record_outcome(text, uuid, text, uuid, text, text, text, uuid) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.outcome_summary(text, uuid) TO prme_app;
 ALTER TABLE prme.outcomes ENABLE ROW LEVEL SECURITY;
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+GRANT SELECT ON prme.outcomes TO prme_reader, prme_auditor;
+CREATE POLICY outcomes_reader_owner ON prme.outcomes FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY outcomes_auditor_all ON prme.outcomes FOR SELECT TO prme_auditor USING (TRUE);

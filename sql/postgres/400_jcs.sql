@@ -29,6 +29,9 @@
 -- str(operation_id)).
 -- =============================================================================
 
+-- The common helpers used here (prme._sha1, prme._uuid_v5, prme._sha256_hex) are
+-- in 025_helpers.sql.
+
 CREATE FUNCTION prme.derived_id(operation_id uuid)
 RETURNS uuid
 LANGUAGE plpgsql

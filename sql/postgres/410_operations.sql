@@ -272,7 +272,27 @@ COMMENT ON FUNCTION prme._notify_ready() IS
 'Internal: NOTIFY prme_operations, ''ready'' unless one was sent less than prme.notify_interval_ms '
 'milliseconds ago (default 50; 0 notifies every time).';
 
--- Read through the API functions only: no table privileges for prme_app or
--- prme_reader; row-level security (no policy) as on every prme table.
+-- prme_app reads and writes through the API functions only (no table privileges).
 ALTER TABLE prme.operations ENABLE ROW LEVEL SECURITY;
 ALTER TABLE prme.operation_events ENABLE ROW LEVEL SECURITY;
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+GRANT SELECT ON prme.operations TO prme_reader, prme_auditor;
+CREATE POLICY operations_reader_owner ON prme.operations FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY operations_auditor_all ON prme.operations FOR SELECT TO prme_auditor USING (TRUE);
+GRANT SELECT ON prme.operation_events TO prme_reader, prme_auditor;
+CREATE POLICY operation_events_reader_owner ON prme.operation_events FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY operation_events_auditor_all ON prme.operation_events FOR SELECT TO prme_auditor USING (TRUE);

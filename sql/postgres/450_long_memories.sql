@@ -224,3 +224,15 @@ COMMENT ON FUNCTION prme.operation_parts(text, uuid) IS
 
 GRANT EXECUTE ON FUNCTION prme.operation_parts(text, uuid) TO prme_app;
 ALTER TABLE prme.operation_parts ENABLE ROW LEVEL SECURITY;
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+GRANT SELECT ON prme.operation_parts TO prme_reader, prme_auditor;
+CREATE POLICY operation_parts_reader_owner ON prme.operation_parts FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY operation_parts_auditor_all ON prme.operation_parts FOR SELECT TO prme_auditor USING (TRUE);
