@@ -91,8 +91,17 @@ log = logging.getLogger("prme_pg.outbox")
 
 T = TypeVar("T")
 
-#: The operation kinds ``prme.submit_operation`` accepts (sql/postgres/420_submit_operation.sql).
-LEDGER_KINDS = ("add_node", "add_event", "reinforce", "archive_node", "record_outcome", "link_correction")
+#: The operation kinds the ledger accepts: ``prme._operation_kinds()`` (sql/postgres/410_operations.sql),
+#: in its order; tests/test_ledger.py holds the two equal.
+LEDGER_KINDS = (
+    "add_node",
+    "add_event",
+    "reinforce",
+    "archive_node",
+    "record_outcome",
+    "link_correction",
+    "add_memory",
+)
 SCHEMA_VERSION = 2
 #: The ledger refuses payloads over 1 MiB; the outbox measures the RFC 8785 text.
 MAX_PAYLOAD_BYTES = MAX_JSON_BYTES
@@ -376,13 +385,13 @@ def receipt_document(receipt: Receipt) -> dict[str, Any]:
 def receipt_mismatch(record: OutboxRecord, receipt: Receipt) -> str | None:
     """Why ``receipt`` is not the receipt of ``record`` (None when it is)."""
     differs = []
-    if receipt.operation_id != record.operation_id:
+    if receipt.operation_id != str(record.operation_id):
         differs.append(f"operation_id (ledger {receipt.operation_id}, local {record.operation_id})")
     if receipt.kind != record.kind:
         differs.append(f"kind (ledger {receipt.kind}, local {record.kind})")
     if receipt.payload_hash != record.payload_hash:
         differs.append(f"payload_hash (ledger {receipt.payload_hash}, local {record.payload_hash})")
-    if tuple(sorted(receipt.dependencies, key=str)) != record.dependencies:
+    if sorted(receipt.dependencies) != sorted(str(d) for d in record.dependencies):
         differs.append("dependencies")
     if not differs:
         return None
@@ -947,7 +956,9 @@ class OutboxSyncer:
             if self.stop_event.is_set():
                 return
             try:
-                receipts.append(run_request(conn, GetReceipt(user_id=record.user_id, operation_id=record.operation_id)))
+                receipts.append(
+                    run_request(conn, GetReceipt(user_id=record.user_id, operation_id=str(record.operation_id)))
+                )
                 known.append(record)
             except NotFoundError:
                 unknown.append(record)
@@ -1028,7 +1039,7 @@ class OutboxSyncer:
         asked = {(r.user_id, d) for r in pending for d in r.dependencies if d not in local_states}
         for user_id, dependency in asked:
             try:
-                run_request(conn, GetReceipt(user_id=user_id, operation_id=dependency))
+                run_request(conn, GetReceipt(user_id=user_id, operation_id=str(dependency)))
             except NotFoundError:
                 missing.add((user_id, dependency))
             except InvalidInput:
@@ -1139,7 +1150,9 @@ class OutboxSyncer:
                 if self.stop_event.is_set():
                     break
                 try:
-                    receipt = run_request(conn, GetReceipt(user_id=record.user_id, operation_id=record.operation_id))
+                    receipt = run_request(
+                        conn, GetReceipt(user_id=record.user_id, operation_id=str(record.operation_id))
+                    )
                 except NotFoundError:
                     lost.append((record, record.with_changes("submitting")))
                     continue
@@ -1223,10 +1236,10 @@ def _record_failure(what: str, exc: psycopg.Error) -> str:
 def _submit_request(record: OutboxRecord) -> SubmitOperation:
     return SubmitOperation(
         user_id=record.user_id,
-        operation_id=record.operation_id,
+        operation_id=str(record.operation_id),
         schema_version=record.schema_version,
         kind=record.kind,
-        dependencies=record.dependencies,
+        dependencies=tuple(str(d) for d in record.dependencies),
         payload_hash=record.payload_hash,
         payload=record.payload,
     )
