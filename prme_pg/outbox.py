@@ -178,11 +178,12 @@ _FIELD_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
         "an ISO 8601 time with a UTC offset",
     ),
     "object": (lambda v: isinstance(v, dict), "a JSON object"),
+    "texts": (lambda v: isinstance(v, list) and all(isinstance(e, str) for e in v), "an array of strings"),
 }
 
 #: Shapes the executor reads as text, where a JSON null is as good as leaving the field out;
 #: a null number or object is refused (it has no numeric value, no fields).
-_NULL_MEANS_ABSENT = frozenset({"text", "uuid", "uuids", "time"})
+_NULL_MEANS_ABSENT = frozenset({"text", "uuid", "uuids", "time", "texts"})
 
 #: Each kind's payload fields and their JSON shapes, required ones first: what the executor
 #: (prme._apply_operation, sql/postgres/440_run_operations.sql) accepts. Values (ranges, scope
@@ -220,6 +221,13 @@ PAYLOAD_FIELDS: dict[str, dict[str, str]] = {
         "notes": "text",
     },
     "link_correction": {"message": "text", "candidate_node_ids": "uuids", "thread_id": "text"},
+    "add_memory": {
+        "content": "text",
+        "user_id": "text",
+        "agent_id": "text",
+        "session_id": "text",
+        "categories": "texts",
+    },
 }
 PAYLOAD_REQUIRED: dict[str, tuple[str, ...]] = {
     "add_node": ("content",),
@@ -228,6 +236,7 @@ PAYLOAD_REQUIRED: dict[str, tuple[str, ...]] = {
     "archive_node": ("node_id",),
     "record_outcome": ("node_id", "outcome"),
     "link_correction": ("message", "candidate_node_ids"),
+    "add_memory": ("content",),
 }
 
 
