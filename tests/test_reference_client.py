@@ -489,7 +489,7 @@ def test_without_trusted_mode_a_token_is_required(db_dsn: str) -> None:
 def test_trusted_mode_is_loopback_only_and_opens_the_ledger_alone(server: str, db_dsn: str) -> None:
     """serve refuses --trusted-loopback on any other bind; in trusted mode every route but the
     ledger's still needs a token, and an add_memory payload names its owner."""
-    for host in ("0.0.0.0", "192.0.2.1", "::"):
+    for host in ("0.0.0.0", "192.0.2.1", "::"):  # noqa: S104 (each is refused, never bound)
         refused = subprocess.run(
             [sys.executable, "-m", "prme_pg.cli", "serve", "--dsn", db_dsn, "--host", host, "--trusted-loopback"],
             capture_output=True,
