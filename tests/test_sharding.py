@@ -341,7 +341,7 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
                         elif line.startswith("event: "):
                             kind = line[7:]
                         elif line == "" and event_id is not None:
-                            assert kind == "operation", (kind, event_id)
+                            assert kind == "operation_state", (kind, event_id)
                             streamed.append(int(event_id))
                             last, event_id, kind = event_id, None, None
                 if done and len(streamed) == before:

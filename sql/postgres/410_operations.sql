@@ -29,20 +29,22 @@
 
 -- The table checks what the functions rely on: the state machine's consistency
 -- (state, blocked_by, result, error, counters) and the shape of what the executor
--- reads. operation_id, kind and payload_hash, which prme.submit_operation checks
+-- reads. Operation ids are ASCII and compared byte by byte (COLLATE "C"): the key's
+-- comparisons cost what uuid's did, and sort the same in every database.
+-- operation_id, kind and payload_hash, which prme.submit_operation checks
 -- itself before it writes a row, are not checked a second time here: their regular
 -- expressions would cost about a tenth of a submit (docs/LEDGER.md, "Performance").
 CREATE TABLE prme.operations (
     user_id text NOT NULL,
-    operation_id text NOT NULL,
+    operation_id text COLLATE "C" NOT NULL,
     schema_version integer NOT NULL CHECK (schema_version = 2),
     kind text NOT NULL,
-    dependencies text[] NOT NULL DEFAULT '{}' CHECK (array_position(dependencies, NULL) IS NULL),
+    dependencies text[] COLLATE "C" NOT NULL DEFAULT '{}' CHECK (array_position(dependencies, NULL) IS NULL),
     payload_hash text NOT NULL,
     payload jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object'),
     state text NOT NULL DEFAULT 'accepted'
     CHECK (state IN ('accepted', 'blocked', 'processing', 'committed', 'rejected')),
-    blocked_by text[] NOT NULL DEFAULT '{}',
+    blocked_by text[] COLLATE "C" NOT NULL DEFAULT '{}',
     result jsonb,
     error jsonb,
     attempts integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
@@ -94,7 +96,7 @@ WHERE accepted_seq IS NOT NULL;
 CREATE TABLE prme.operation_events (
     user_id text NOT NULL,
     seq bigint NOT NULL CHECK (seq > 0),
-    operation_id text NOT NULL,
+    operation_id text COLLATE "C" NOT NULL,
     operation_seq integer NOT NULL CHECK (operation_seq > 0),
     state text NOT NULL CHECK (state IN ('accepted', 'blocked', 'processing', 'committed', 'rejected')),
     detail jsonb NOT NULL DEFAULT '{}',
@@ -126,8 +128,9 @@ RETURNS text[]
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
+    -- No SET search_path (it names no object): a function with one is never inlined,
+    -- and inlined this list is a constant in every caller's plan.
     SELECT ARRAY[
         'add_node', 'add_event', 'reinforce', 'archive_node', 'record_outcome', 'link_correction', 'add_memory'
     ];

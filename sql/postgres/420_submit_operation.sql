@@ -174,7 +174,12 @@ BEGIN
             MESSAGE = 'the user_id of an add_memory payload must be the operation''s owner',
             DETAIL = format('got %s', quote_literal(left(submit_operation.payload ->> 'user_id', 80)));
     END IF;
-    v_id := prme._operation_id(submit_operation.operation_id);
+    -- prme._operation_id, written out (its alphabet was checked above): a UUID in lowercase.
+    v_id := CASE
+        WHEN submit_operation.operation_id ~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$'
+            THEN lower(submit_operation.operation_id)
+        ELSE submit_operation.operation_id
+    END;
     -- Each once, in the order given; ids as the ledger stores them.
     IF cardinality(submit_operation.dependencies) > 0 THEN
         v_dependencies := ARRAY(

@@ -25,7 +25,7 @@
 
 CREATE TABLE prme.operation_parts (
     user_id text NOT NULL,
-    operation_id text NOT NULL,
+    operation_id text COLLATE "C" NOT NULL,
     part_no integer NOT NULL CHECK (part_no > 0),
     tokenizer text NOT NULL CHECK (tokenizer ~ '^[a-z][a-z0-9_:.-]{0,62}$'),
     token_start integer NOT NULL CHECK (token_start >= 0),
