@@ -32,7 +32,7 @@
 -- The common helpers used here (prme._sha1, prme._uuid_v5, prme._sha256_hex) are
 -- in 025_helpers.sql.
 
-CREATE FUNCTION prme.derived_id(operation_id uuid)
+CREATE FUNCTION prme.derived_id(operation_id text)
 RETURNS uuid
 LANGUAGE plpgsql
 IMMUTABLE
@@ -40,16 +40,16 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF operation_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'operation_id must not be null';
-    END IF;
-    RETURN prme._uuid_v5('473adea8-cd69-5ad2-b4b4-e329cd93d1ff', operation_id::text);
+    -- The id as the ledger stores it: a UUID in lowercase, so a UUID id derives the
+    -- same id it did when ids were uuid (PR422 for what is no operation id).
+    RETURN prme._uuid_v5('473adea8-cd69-5ad2-b4b4-e329cd93d1ff', prme._operation_id(operation_id));
 END;
 $$;
 
-COMMENT ON FUNCTION prme.derived_id(uuid) IS
-'The id of the memory (add_node) or event (add_event) that an operation creates: '
-'uuid5(uuid5(NAMESPACE_URL, ''urn:prme-pg:operations''), lowercase operation_id), so callers know it in advance.';
+COMMENT ON FUNCTION prme.derived_id(text) IS
+'The id of the memory (add_node, add_memory) or event (add_event) that an operation creates: '
+'uuid5(uuid5(NAMESPACE_URL, ''urn:prme-pg:operations''), operation_id as stored: a UUID in lowercase), so '
+'callers know it in advance.';
 
 CREATE FUNCTION prme._jcs_double(value float8)
 RETURNS text
@@ -354,6 +354,6 @@ COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
 'prme.submit_operation expects. PR422 for a payload over 1 MiB, nested deeper than 32 levels, or with a number '
 'out of double range or without an exact double form.';
 
-GRANT EXECUTE ON FUNCTION prme.derived_id(uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.derived_id(text) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.canonical_json(jsonb) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.payload_hash(jsonb) TO prme_app;
