@@ -88,7 +88,7 @@ SUBMIT_SCRIPT = """\
 -- A new operation: a fresh id from a random owner, the payload and its hash computed by the client.
 \\set u random(0, :owners - 1)
 SELECT created FROM prme.submit_operation(
-    'user_' || :u::text, gen_random_uuid(), 2, 'add_node', '{}', :hash, :payload::jsonb
+    'user_' || :u::text, bench.operation_id(NULL), 2, 'add_node', '{}', :hash, :payload::jsonb
 );
 """
 
@@ -97,7 +97,7 @@ RESUBMIT_SCRIPT = """\
 \\set i random(1, :stored)
 \\set u :i % :owners
 SELECT created FROM prme.submit_operation(
-    'user_' || :u::text, md5('op:' || :i::text)::uuid, 2, 'add_node', '{}', :hash, :payload::jsonb
+    'user_' || :u::text, bench.operation_id('op:' || :i::text), 2, 'add_node', '{}', :hash, :payload::jsonb
 );
 """
 
@@ -121,8 +121,28 @@ INSERT INTO bench.single_rows (user_id, id, content)
 VALUES ('user_' || :u::text, gen_random_uuid(), 'Benchmark row: the user prefers short answers with code examples');
 """
 
+# Operation ids in the ledger's type: uuid before migration 0017_reference_protocol, text
+# after (a UUID's text). The scripts name ids through it, so one script runs on both schemas.
+OPERATION_ID_SQL = """
+CREATE SCHEMA IF NOT EXISTS bench;
+DO $$
+DECLARE
+    v_type text := (
+        SELECT format_type(a.atttypid, NULL) FROM pg_attribute AS a
+        WHERE a.attrelid = 'prme.operations'::regclass AND a.attname = 'operation_id'
+    );
+BEGIN
+    EXECUTE format(
+        'CREATE FUNCTION bench.operation_id(seed text) RETURNS %1$s LANGUAGE sql VOLATILE AS '
+        '$f$ SELECT (CASE WHEN seed IS NULL THEN gen_random_uuid() ELSE md5(seed)::uuid END)::%1$s $f$',
+        v_type
+    );
+END;
+$$;
+"""
+
 SETUP_SQL = """
-CREATE SCHEMA bench;
+CREATE SCHEMA IF NOT EXISTS bench;
 CREATE TABLE bench.single_rows (
     user_id text NOT NULL,
     id uuid NOT NULL,
@@ -155,7 +175,7 @@ FROM generate_series(1, %(n)s) AS i
 # The backlog: each call submitted as an operation, set-based.
 BACKLOG_SQL = """
 SELECT count(prme.submit_operation(
-    c.user_id, gen_random_uuid(), 2, c.kind, '{}', prme.payload_hash(c.payload), c.payload
+    c.user_id, bench.operation_id(NULL), 2, c.kind, '{}', prme.payload_hash(c.payload), c.payload
 ))
 FROM bench.drain_calls AS c
 """
@@ -174,7 +194,7 @@ WHERE c.i > %(start)s AND c.i <= %(start)s + 100
 
 STORED_SQL = """
 SELECT count(prme.submit_operation(
-    'user_' || (i %% %(owners)s), md5('op:' || i)::uuid, 2, 'add_node', '{}', %(hash)s, %(payload)s::jsonb
+    'user_' || (i %% %(owners)s), bench.operation_id('op:' || i), 2, 'add_node', '{}', %(hash)s, %(payload)s::jsonb
 ))
 FROM generate_series(1, %(n)s) AS i
 """
@@ -274,7 +294,7 @@ class Bench:
 
     def prepare_drain(self, backlog: int, tag: str) -> None:
         """The drain's targets and calls (bench.drain_calls), written before anything is timed."""
-        self.execute("CREATE SCHEMA IF NOT EXISTS bench")
+        self.execute(OPERATION_ID_SQL)
         row = self.execute(DRAIN_NODES_SQL, {"owners": OWNERS, "n": backlog, "tag": tag})
         assert row is not None and row[0] == backlog // 2
         self.execute(DRAIN_CALLS_SQL, {"owners": OWNERS, "n": backlog, "tag": tag})
@@ -373,8 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline:
             baseline = testing.create_database(server, prefix=f"prme_ledger_bench_{args.baseline:04d}")
             install_up_to(server.dsn_for(baseline), args.baseline)
+            with psycopg.connect(server.dsn_for(baseline), autocommit=True) as conn:
+                conn.execute(OPERATION_ID_SQL)
         with tempfile.TemporaryDirectory(prefix="prme-ledger-bench-") as tmp:
             bench = Bench(cluster, database, Path(tmp))
+            bench.execute(OPERATION_ID_SQL)
             bench.execute(SETUP_SQL)
             stored = 10000
             bench.execute(

@@ -41,7 +41,7 @@ backend plus any parallel workers, from /proc: robust on a shared machine):
 * with --previous, the report as migration 0003 released it, created under another name
   from that file's text, measured in the same rounds: before and after side by side;
 * with --floor, a function that does only what no report can avoid: a scan of the
-  memories (prme.nodes, which holds their bookkeeping since 0017_report_on_the_memory_row)
+  memories (prme.nodes, which holds their bookkeeping since 0018_report_on_the_memory_row)
   with 0003's first cut on the raw counts, and its rows (same columns) into the function's
   result, nothing computed. What the report costs beyond it is its rules.
 
@@ -271,7 +271,7 @@ def _install_previous(conn: psycopg.Connection[Any]) -> None:
     body = text[start : text.index("$$;", start) + 3]
     body = body.replace("prme.maintenance_report(", "prme_bench.maintenance_report_0003(")
     # It read a bookkeeping row per memory: the same columns, from the memory's row since
-    # 0017_report_on_the_memory_row (this data has no confirmations: the outcome rows are all).
+    # 0018_report_on_the_memory_row (this data has no confirmations: the outcome rows are all).
     body = body.replace(
         "prme.node_maintenance AS k",
         "(SELECT n.user_id, n.id AS node_id, n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile,"

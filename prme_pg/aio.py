@@ -104,7 +104,7 @@ from .models import (
 )
 from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
-from .validation import parse_uuid
+from .validation import parse_operation_id, parse_uuid
 
 __all__ = ["AsyncMemoryClient"]
 
@@ -586,7 +586,7 @@ class AsyncMemoryClient:
         """The receipt of an operation as it stands now; :class:`NotFoundError` when unknown to
         this owner (PostgreSQL only)."""
         return await self._backend.execute(
-            GetReceipt(user_id=user_id, operation_id=parse_uuid("operation_id", operation_id))
+            GetReceipt(user_id=user_id, operation_id=parse_operation_id("operation_id", operation_id))
         )
 
     async def operation_events(

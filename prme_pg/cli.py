@@ -372,6 +372,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     except ImportError as exc:
         raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
     limits = _serve_limits(args)
+    trusted = _serve_trusted(args, pack is not None)
     if pack is not None:
         if args.metrics_port is not None:
             raise UsageError("--metrics-port needs PostgreSQL (its metrics are the connection pool's and the ledger's)")
@@ -388,14 +389,46 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         markup=False,
         highlight=False,
     )
+    if trusted is not None:
+        owner = args.default_user if args.default_user is not None else "the payload's user_id"
+        console.print(
+            f"trusted loopback mode: ledger requests without a token act for {owner} (docs/SECURITY.md)",
+            markup=False,
+            highlight=False,
+        )
     if args.metrics_port is not None:
-        return _serve_with_metrics(args, client, console, limits)
-    app = create_app(client, limits=limits)
+        return _serve_with_metrics(args, client, console, limits, trusted)
+    app = create_app(client, limits=limits, trusted=trusted)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(limits))
     return EXIT_OK
 
 
-def _serve_with_metrics(args: argparse.Namespace, client: Any, console: Console, limits: Any) -> int:
+def _serve_trusted(args: argparse.Namespace, on_pack: bool) -> Any:
+    """serve --trusted-loopback: the ledger without tokens, on a loopback bind only (docs/SECURITY.md)."""
+    if not args.trusted_loopback:
+        if args.default_user is not None:
+            raise UsageError("--default-user goes with --trusted-loopback")
+        return None
+    from .http import TrustedLoopback
+    from .http.gate import is_loopback
+
+    if on_pack:
+        raise UsageError("--trusted-loopback opens the ledger, which needs PostgreSQL (a memory pack has none)")
+    if not is_loopback(args.host):
+        raise UsageError(
+            f"--trusted-loopback serves the ledger without tokens: bind a loopback address "
+            f"(--host 127.0.0.1 or ::1), not {args.host}"
+        )
+    if args.default_user is not None and (
+        not args.default_user or args.default_user != args.default_user.strip() or len(args.default_user) > 256
+    ):
+        raise UsageError("--default-user must be 1 to 256 characters without surrounding spaces")
+    return TrustedLoopback(default_user=args.default_user)
+
+
+def _serve_with_metrics(
+    args: argparse.Namespace, client: Any, console: Console, limits: Any, trusted: Any = None
+) -> int:
     """serve --metrics-port: /metrics (Prometheus, no token) on a bind of its own (docs/HTTP.md)."""
     import asyncio
 
@@ -405,7 +438,7 @@ def _serve_with_metrics(args: argparse.Namespace, client: Any, console: Console,
 
     metrics = ServiceMetrics(client)
     console.print(f"serving Prometheus metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
-    api = create_app(client, limits=limits, metrics=metrics)
+    api = create_app(client, limits=limits, metrics=metrics, trusted=trusted)
     asyncio.run(
         serve(
             api,
@@ -1320,6 +1353,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus /metrics on this port (default: off)",
     )
     serve.add_argument("--metrics-host", default="127.0.0.1", help="bind address of --metrics-port (default 127.0.0.1)")
+    serve.add_argument(
+        "--trusted-loopback",
+        action="store_true",
+        help="answer ledger requests (/api/v2) from loopback peers without a token, for the payload's "
+        "user_id or --default-user; only on a loopback --host (docs/SECURITY.md; default: off)",
+    )
+    serve.add_argument(
+        "--default-user",
+        default=None,
+        help="with --trusted-loopback: the owner of ledger requests whose payload names none (default: none)",
+    )
 
     token = add("token", "Create or revoke HTTP bearer tokens.", lambda a, c: _usage(token))
     token_sub = token.add_subparsers(dest="token_command", metavar="ACTION")

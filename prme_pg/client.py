@@ -107,7 +107,7 @@ from .models import (
 )
 from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
-from .validation import check_json_depth, parse_uuid
+from .validation import check_json_depth, parse_operation_id, parse_uuid
 
 __all__ = ["MemoryClient", "Target"]
 
@@ -370,7 +370,7 @@ def submit_operation_request(
     if isinstance(dependencies, str | UUID):
         raise InvalidInput("dependencies must be a list of operation ids")
     try:
-        deps = tuple(parse_uuid("dependencies", d) for d in dependencies)
+        deps = tuple(parse_operation_id("dependencies", d) for d in dependencies)
     except TypeError:
         raise InvalidInput(f"dependencies must be a list of operation ids, got {dependencies!r}") from None
     # The database takes a declared hash as given and its executor rejects a wrong one
@@ -384,7 +384,7 @@ def submit_operation_request(
         )
     return SubmitOperation(
         user_id=user_id,
-        operation_id=parse_uuid("operation_id", operation_id),
+        operation_id=parse_operation_id("operation_id", operation_id),
         schema_version=schema_version,
         kind=kind,
         dependencies=deps,
@@ -399,7 +399,7 @@ def operation_events_request(
     return ListOperationEvents(
         user_id=user_id,
         after_seq=after_seq,
-        operation_id=parse_optional_uuid("operation_id", operation_id),
+        operation_id=None if operation_id is None else parse_operation_id("operation_id", operation_id),
         max_count=max_count,
     )
 
@@ -884,7 +884,9 @@ class MemoryClient:
     def get_receipt(self, operation_id: UUID | str, *, user_id: str) -> Receipt:
         """The receipt of an operation as it stands now; :class:`NotFoundError` when unknown to
         this owner (PostgreSQL only)."""
-        return self._backend.execute(GetReceipt(user_id=user_id, operation_id=parse_uuid("operation_id", operation_id)))
+        return self._backend.execute(
+            GetReceipt(user_id=user_id, operation_id=parse_operation_id("operation_id", operation_id))
+        )
 
     def operation_events(
         self,

@@ -353,20 +353,24 @@ class Receipt:
 
     ``state`` is accepted, blocked, processing, committed or rejected (the last two are
     terminal). ``created`` is true only for the submit that accepted the operation.
+    Operation ids are strings (a UUID id in its lowercase form; docs/LEDGER.md);
+    ``dependencies`` are in the order submitted, ``blocked_by`` sorted. ``progress_seq``
+    is the ``operation_seq`` of the operation's newest event: it advances with each one.
     """
 
-    operation_id: UUID
+    operation_id: str
     kind: str
     payload_hash: str
-    dependencies: tuple[UUID, ...]
+    dependencies: tuple[str, ...]
     state: str
-    blocked_by: tuple[UUID, ...]
+    blocked_by: tuple[str, ...]
     result: Any
     error: Any
     attempts: int
     created_at: datetime
     updated_at: datetime
     created: bool
+    progress_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +382,7 @@ class OperationEvent:
     """
 
     seq: int
-    operation_id: UUID
+    operation_id: str
     operation_seq: int
     state: str
     detail: dict[str, Any]

@@ -91,8 +91,17 @@ log = logging.getLogger("prme_pg.outbox")
 
 T = TypeVar("T")
 
-#: The operation kinds ``prme.submit_operation`` accepts (sql/postgres/420_submit_operation.sql).
-LEDGER_KINDS = ("add_node", "add_event", "reinforce", "archive_node", "record_outcome", "link_correction")
+#: The operation kinds the ledger accepts: ``prme._operation_kinds()`` (sql/postgres/410_operations.sql),
+#: in its order; tests/test_ledger.py holds the two equal.
+LEDGER_KINDS = (
+    "add_node",
+    "add_event",
+    "reinforce",
+    "archive_node",
+    "record_outcome",
+    "link_correction",
+    "add_memory",
+)
 SCHEMA_VERSION = 2
 #: The ledger refuses payloads over 1 MiB; the outbox measures the RFC 8785 text.
 MAX_PAYLOAD_BYTES = MAX_JSON_BYTES
@@ -169,11 +178,12 @@ _FIELD_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
         "an ISO 8601 time with a UTC offset",
     ),
     "object": (lambda v: isinstance(v, dict), "a JSON object"),
+    "texts": (lambda v: isinstance(v, list) and all(isinstance(e, str) for e in v), "an array of strings"),
 }
 
 #: Shapes the executor reads as text, where a JSON null is as good as leaving the field out;
 #: a null number or object is refused (it has no numeric value, no fields).
-_NULL_MEANS_ABSENT = frozenset({"text", "uuid", "uuids", "time"})
+_NULL_MEANS_ABSENT = frozenset({"text", "uuid", "uuids", "time", "texts"})
 
 #: Each kind's payload fields and their JSON shapes, required ones first: what the executor
 #: (prme._apply_operation, sql/postgres/440_run_operations.sql) accepts. Values (ranges, scope
@@ -211,6 +221,13 @@ PAYLOAD_FIELDS: dict[str, dict[str, str]] = {
         "notes": "text",
     },
     "link_correction": {"message": "text", "candidate_node_ids": "uuids", "thread_id": "text"},
+    "add_memory": {
+        "content": "text",
+        "user_id": "text",
+        "agent_id": "text",
+        "session_id": "text",
+        "categories": "texts",
+    },
 }
 PAYLOAD_REQUIRED: dict[str, tuple[str, ...]] = {
     "add_node": ("content",),
@@ -219,6 +236,7 @@ PAYLOAD_REQUIRED: dict[str, tuple[str, ...]] = {
     "archive_node": ("node_id",),
     "record_outcome": ("node_id", "outcome"),
     "link_correction": ("message", "candidate_node_ids"),
+    "add_memory": ("content",),
 }
 
 
@@ -376,13 +394,13 @@ def receipt_document(receipt: Receipt) -> dict[str, Any]:
 def receipt_mismatch(record: OutboxRecord, receipt: Receipt) -> str | None:
     """Why ``receipt`` is not the receipt of ``record`` (None when it is)."""
     differs = []
-    if receipt.operation_id != record.operation_id:
+    if receipt.operation_id != str(record.operation_id):
         differs.append(f"operation_id (ledger {receipt.operation_id}, local {record.operation_id})")
     if receipt.kind != record.kind:
         differs.append(f"kind (ledger {receipt.kind}, local {record.kind})")
     if receipt.payload_hash != record.payload_hash:
         differs.append(f"payload_hash (ledger {receipt.payload_hash}, local {record.payload_hash})")
-    if tuple(sorted(receipt.dependencies, key=str)) != record.dependencies:
+    if sorted(receipt.dependencies) != sorted(str(d) for d in record.dependencies):
         differs.append("dependencies")
     if not differs:
         return None
@@ -947,7 +965,9 @@ class OutboxSyncer:
             if self.stop_event.is_set():
                 return
             try:
-                receipts.append(run_request(conn, GetReceipt(user_id=record.user_id, operation_id=record.operation_id)))
+                receipts.append(
+                    run_request(conn, GetReceipt(user_id=record.user_id, operation_id=str(record.operation_id)))
+                )
                 known.append(record)
             except NotFoundError:
                 unknown.append(record)
@@ -1028,7 +1048,7 @@ class OutboxSyncer:
         asked = {(r.user_id, d) for r in pending for d in r.dependencies if d not in local_states}
         for user_id, dependency in asked:
             try:
-                run_request(conn, GetReceipt(user_id=user_id, operation_id=dependency))
+                run_request(conn, GetReceipt(user_id=user_id, operation_id=str(dependency)))
             except NotFoundError:
                 missing.add((user_id, dependency))
             except InvalidInput:
@@ -1139,7 +1159,9 @@ class OutboxSyncer:
                 if self.stop_event.is_set():
                     break
                 try:
-                    receipt = run_request(conn, GetReceipt(user_id=record.user_id, operation_id=record.operation_id))
+                    receipt = run_request(
+                        conn, GetReceipt(user_id=record.user_id, operation_id=str(record.operation_id))
+                    )
                 except NotFoundError:
                     lost.append((record, record.with_changes("submitting")))
                     continue
@@ -1223,10 +1245,10 @@ def _record_failure(what: str, exc: psycopg.Error) -> str:
 def _submit_request(record: OutboxRecord) -> SubmitOperation:
     return SubmitOperation(
         user_id=record.user_id,
-        operation_id=record.operation_id,
+        operation_id=str(record.operation_id),
         schema_version=record.schema_version,
         kind=record.kind,
-        dependencies=record.dependencies,
+        dependencies=tuple(str(d) for d in record.dependencies),
         payload_hash=record.payload_hash,
         payload=record.payload,
     )

@@ -60,6 +60,29 @@ def parse_uuid(argument: str, value: object) -> UUID:
     raise InvalidInput(f"{argument} must be a UUID, got {shown}")
 
 
+#: An operation id (docs/LEDGER.md, "Compatibility"): as ``prme._operation_id`` checks it.
+OPERATION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+_OPERATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_UUID_FORM = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+
+
+def parse_operation_id(argument: str, value: object) -> str:
+    """An operation id as the ledger stores it: a UUID (object or 8-4-4-4-12 text) in its
+    lowercase form, any other id of 1 to 128 characters of ``A-Z a-z 0-9 . _ : -`` as
+    given; :class:`InvalidInput` otherwise, before any I/O."""
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, str) and _OPERATION_ID.fullmatch(value):
+        return value.lower() if _UUID_FORM.fullmatch(value) else value
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise InvalidInput(
+        f"{argument} must be an operation id: 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-' "
+        f"(or a UUID), got {shown}"
+    )
+
+
 def require_utf8(argument: str, value: str) -> str:
     """``value`` if it has a UTF-8 form; a lone surrogate is :class:`InvalidInput`, typed."""
     try:

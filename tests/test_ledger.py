@@ -20,7 +20,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -28,6 +29,7 @@ import pytest
 import rfc8785
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from psycopg.types.string import StrDumperUnknown
 
 from prme_pg import migrations, testing
 from prme_pg import worker as ledger_worker
@@ -38,8 +40,8 @@ from .racing import race
 USER = "alice"
 OPERATIONS_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:prme-pg:operations")
 SUBMIT = (
-    "SELECT * FROM prme.submit_operation(user_id => %(user_id)s, operation_id => %(operation_id)s,"
-    " schema_version => %(schema_version)s, kind => %(kind)s, dependencies => %(dependencies)s::uuid[],"
+    "SELECT * FROM prme.submit_operation(user_id => %(user_id)s, operation_id => %(operation_id)s::text::{id},"
+    " schema_version => %(schema_version)s, kind => %(kind)s, dependencies => %(dependencies)s::text[]::{id}[],"
     " payload_hash => %(payload_hash)s, payload => %(payload)s)"
 )
 TERMINAL = {"committed", "rejected"}
@@ -63,33 +65,56 @@ def submit(
     kind: str,
     payload: dict[str, Any],
     *,
-    operation_id: uuid.UUID | None = None,
-    dependencies: list[uuid.UUID] | tuple[uuid.UUID, ...] = (),
+    operation_id: uuid.UUID | str | None = None,
+    dependencies: list[uuid.UUID] | list[str] | tuple[uuid.UUID, ...] = (),
     user_id: str = USER,
     schema_version: int | None = 2,
     hash_: str | None = None,
+    id_type: str = "text",
 ) -> dict[str, Any]:
+    """``id_type``: uuid for a ledger of before 0017_reference_protocol."""
     params = {
         "user_id": user_id,
-        "operation_id": operation_id or uuid.uuid4(),
+        "operation_id": str(uuid.uuid4() if operation_id is None else operation_id),
         "schema_version": schema_version,
         "kind": kind,
-        "dependencies": list(dependencies),
+        "dependencies": [str(d) for d in dependencies],
         "payload_hash": hash_ if hash_ is not None else payload_hash(payload),
         "payload": Jsonb(payload),
     }
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(SUBMIT, params).fetchone()
+        row = cur.execute(SUBMIT.replace("{id}", "uuid" if id_type == "uuid" else "text"), params).fetchone()
     assert row is not None
-    return row
+    return as_uuids(row)
+
+
+def _uuid_or_text(value: str) -> uuid.UUID | str:
+    try:
+        return uuid.UUID(value) if len(value) == 36 else value
+    except ValueError:
+        return value
+
+
+def as_uuids(row: dict[str, Any]) -> dict[str, Any]:
+    """A ledger row with its text operation ids as UUIDs where they are UUIDs (these tests
+    name operations by UUID; ids are text since 0017_reference_protocol)."""
+    out = dict(row)
+    for key in ("operation_id",):
+        if isinstance(out.get(key), str):
+            out[key] = _uuid_or_text(out[key])
+    for key in ("dependencies", "blocked_by"):
+        if isinstance(out.get(key), list):
+            out[key] = [_uuid_or_text(v) for v in out[key]]
+    return out
 
 
 def run(conn: psycopg.Connection[Any], max_count: int = 100, max_parts: int = 64) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(
+        rows = cur.execute(
             "SELECT * FROM prme.run_operations(max_count => %s, worker => 'test', max_parts => %s)",
             (max_count, max_parts),
         ).fetchall()
+    return [as_uuids(r) for r in rows]
 
 
 def drain(conn: psycopg.Connection[Any], max_parts: int = 64, rounds: int = 200) -> None:
@@ -103,25 +128,27 @@ def drain(conn: psycopg.Connection[Any], max_parts: int = 64, rounds: int = 200)
     raise AssertionError("the executor did not settle")
 
 
-def receipt(conn: psycopg.Connection[Any], operation_id: uuid.UUID, user_id: str = USER) -> dict[str, Any]:
+def receipt(conn: psycopg.Connection[Any], operation_id: uuid.UUID | str, user_id: str = USER) -> dict[str, Any]:
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute("SELECT * FROM prme.get_receipt(%s, %s)", (user_id, operation_id)).fetchone()
+        row = cur.execute("SELECT * FROM prme.get_receipt(%s, %s)", (user_id, str(operation_id))).fetchone()
     assert row is not None
-    return row
+    return as_uuids(row)
 
 
 def events(
     conn: psycopg.Connection[Any],
     after: int = 0,
-    operation_id: uuid.UUID | None = None,
+    operation_id: uuid.UUID | str | None = None,
     max_count: int = 10000,
     user_id: str = USER,
 ) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(
-            "SELECT * FROM prme.operation_events(user_id => %s, after_seq => %s, operation_id => %s, max_count => %s)",
-            (user_id, after, operation_id, max_count),
+        rows = cur.execute(
+            "SELECT * FROM prme.operation_events(user_id => %s, after_seq => %s, operation_id => %s::text,"
+            " max_count => %s)",
+            (user_id, after, None if operation_id is None else str(operation_id), max_count),
         ).fetchall()
+    return [as_uuids(r) for r in rows]
 
 
 def states(conn: psycopg.Connection[Any], operation_id: uuid.UUID) -> list[str]:
@@ -166,6 +193,27 @@ def node(content: str, **fields: Any) -> dict[str, Any]:
 
 def words(n: int, prefix: str = "w") -> str:
     return " ".join(f"{prefix}{i}" for i in range(n))
+
+
+class _UuidAsUnknown(StrDumperUnknown):
+    """Sends a uuid.UUID as an untyped literal: the server takes it as text where an operation
+    id is expected (ids are text since 0017_reference_protocol) and as uuid elsewhere."""
+
+    def dump(self, obj: Any) -> bytes:
+        return str(obj).encode()
+
+
+def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    connection = psycopg.connect(dsn, **kwargs)
+    connection.adapters.register_dumper(uuid.UUID, _UuidAsUnknown)
+    return connection
+
+
+@pytest.fixture
+def conn(db_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit superuser connection to a fresh clone (UUIDs sent untyped)."""
+    with connect(db_dsn, autocommit=True) as connection:
+        yield connection
 
 
 @pytest.fixture
@@ -236,7 +284,7 @@ def test_new_operation_is_accepted_with_a_receipt(conn: psycopg.Connection[Any])
     assert r["created"] is True
     assert r["operation_id"] == op and r["kind"] == "reinforce" and r["state"] == "accepted"
     assert r["payload_hash"] == payload_hash(payload)
-    assert r["dependencies"] == [b, a], "dependencies are a sorted set"
+    assert r["dependencies"] == [a, b], "dependencies in the order given, each once"
     assert (r["blocked_by"], r["result"], r["error"], r["attempts"]) == ([], None, None, 0)
     assert r["created_at"] == r["updated_at"]
     assert [(e["state"], e["operation_seq"]) for e in events(conn, operation_id=op)] == [("accepted", 1)]
@@ -386,16 +434,112 @@ def test_invalid_submits_are_pr422_and_store_nothing(
     assert count(conn, "SELECT count(*) FROM prme.operations") == 0
 
 
-def test_an_unknown_dependency_is_pr404_and_stores_nothing(conn: psycopg.Connection[Any]) -> None:
-    # docs/DESIGN.md's error table: an operation unavailable to this owner is "not found".
-    known = submit(conn, "add_node", node("known"))["operation_id"]
-    unknown = uuid.UUID(int=7)
-    with pytest.raises(psycopg.Error) as caught:
-        submit(conn, "add_node", node("x"), dependencies=[known, unknown])
-    assert caught.value.sqlstate == "PR404"
-    assert caught.value.diag.message_detail == f"unknown: {unknown}"
-    assert count(conn, "SELECT count(*) FROM prme.operations") == 1
-    assert count(conn, f"SELECT count(*) FROM {ALL_EVENTS}") == 1
+def test_a_dependency_not_submitted_yet_blocks_until_it_commits(conn: psycopg.Connection[Any]) -> None:
+    """Submitted dependent-first (as the reference protocol allows): accepted, blocked on the id
+    not submitted yet, released when that one is submitted and commits."""
+    first, second = "chain-1", "chain-2"
+    r = submit(conn, "add_memory", {"content": "second"}, operation_id=second, dependencies=[first])
+    assert r["state"] == "accepted" and r["dependencies"] == [first]
+    assert [x["outcome"] for x in run(conn)] == ["blocked"]
+    blocked = receipt(conn, second)
+    assert blocked["state"] == "blocked" and blocked["blocked_by"] == [first]
+    submit(conn, "add_memory", {"content": "first"}, operation_id=first)
+    drain(conn)
+    assert [receipt(conn, op)["state"] for op in (first, second)] == ["committed", "committed"]
+    states = [e["state"] for e in events(conn, operation_id=second)]
+    assert states == ["accepted", "blocked", "accepted", "processing", "committed"]
+
+
+def test_a_dependency_never_submitted_is_rejected_after_the_wait(conn: psycopg.Connection[Any]) -> None:
+    """Never forever: once prme.dependency_wait_seconds have passed, dependency_missing, and what
+    waits for the rejected operation is rejected with it."""
+    waiting = submit(conn, "add_node", node("waits"), operation_id="w-1", dependencies=["never"])["operation_id"]
+    after = submit(conn, "add_node", node("after"), operation_id="w-2", dependencies=[waiting])["operation_id"]
+    assert sorted(x["outcome"] for x in run(conn)) == ["blocked", "blocked"]
+    due = "SELECT next_attempt_at - created_at FROM prme.operations WHERE operation_id = 'w-1'"
+    assert conn.execute(due).fetchone() == (timedelta(days=1),), "the default wait is one day"
+    assert run(conn) == [], "nothing is due before the wait is over"
+    conn.execute("SET prme.dependency_wait_seconds = 0")
+    conn.execute("UPDATE prme.operations SET next_attempt_at = now() WHERE state = 'blocked'")
+    drain(conn)
+    missing = receipt(conn, waiting)
+    assert missing["state"] == "rejected" and missing["error"]["reason"] == "dependency_missing"
+    assert missing["error"]["dependency"] == "never"
+    dependent = receipt(conn, after)
+    assert dependent["state"] == "rejected" and dependent["error"]["reason"] == "dependency_rejected"
+
+
+def test_a_dependency_cycle_is_rejected_after_the_wait(conn: psycopg.Connection[Any]) -> None:
+    submit(conn, "add_node", node("a"), operation_id="cyc-a", dependencies=["cyc-b"])
+    submit(conn, "add_node", node("b"), operation_id="cyc-b", dependencies=["cyc-a"])
+    drain(conn)
+    assert [receipt(conn, op)["state"] for op in ("cyc-a", "cyc-b")] == ["blocked", "blocked"]
+    conn.execute("UPDATE prme.operations SET next_attempt_at = now() WHERE state = 'blocked'")
+    drain(conn)
+    reasons = sorted(receipt(conn, op)["error"]["reason"] for op in ("cyc-a", "cyc-b"))
+    assert reasons == ["dependency_cycle", "dependency_rejected"]
+
+
+def test_operation_ids_are_text_of_a_safe_alphabet(conn: psycopg.Connection[Any]) -> None:
+    hex64 = hashlib.sha256(b"event").hexdigest()
+    for op in (hex64, "a", "x" * 128, "rekey-2026-10-04", "memory:release_20260803.v2"):
+        assert submit(conn, "add_event", {"content": op}, operation_id=op)["operation_id"] == op
+    for bad in ("", "x" * 129, "has space", "slash/inside", "é", "new\nline"):
+        assert sqlstate(lambda b=bad: submit(conn, "add_event", {"content": "x"}, operation_id=b)) == "PR422"
+        assert sqlstate(lambda b=bad: submit(conn, "add_event", {"content": "x"}, dependencies=[b])) == "PR422"
+    # A UUID is one id whatever its case: stored and found in lowercase.
+    upper = "AAAAAAAA-0000-4000-8000-00000000000A"
+    stored = submit(conn, "add_event", {"content": "u"}, operation_id=upper)["operation_id"]
+    assert stored == uuid.UUID(upper.lower())
+    again = submit(conn, "add_event", {"content": "u"}, operation_id=upper.lower())
+    assert again["created"] is False
+    assert receipt(conn, upper)["operation_id"] == uuid.UUID(upper.lower())
+    derived = conn.execute("SELECT prme.derived_id(%s), prme.derived_id(%s)", (upper, hex64)).fetchone()
+    assert derived == (derived_id(uuid.UUID(upper.lower())), uuid.uuid5(OPERATIONS_NAMESPACE, hex64))
+    drain(conn)
+    assert count(conn, "SELECT count(*) FROM prme.operations WHERE state = 'committed'") == 6
+
+
+def test_operation_kinds_are_written_once(conn: psycopg.Connection[Any]) -> None:
+    """The Python copies of the kinds equal the database's one list (prme._operation_kinds())."""
+    from prme_pg.http.ledger import OPERATION_KINDS
+    from prme_pg.outbox import LEDGER_KINDS
+
+    (kinds,) = conn.execute("SELECT prme._operation_kinds()").fetchone()
+    assert tuple(kinds) == LEDGER_KINDS == OPERATION_KINDS
+    assert sqlstate(lambda: submit(conn, "add_thing", {})) == "PR422"
+
+
+def test_add_memory_takes_the_reference_payload(conn: psycopg.Connection[Any]) -> None:
+    payload = {
+        "content": "Receipts are the acknowledgement boundary.",
+        "user_id": USER,
+        "agent_id": "@project",
+        "session_id": "s-1",
+        "categories": ["karpathy", "session-learning"],
+    }
+    op = hashlib.sha256(b"job").hexdigest()
+    submit(conn, "add_memory", payload, operation_id=op)
+    drain(conn)
+    r = receipt(conn, op)
+    assert r["state"] == "committed", r["error"]
+    node_id = uuid.uuid5(OPERATIONS_NAMESPACE, op)
+    assert r["result"] == {
+        "node_id": str(node_id),
+        "node_version": 1,
+        "agent_id": "@project",
+        "session_id": "s-1",
+        "categories": ["karpathy", "session-learning"],
+    }
+    row = conn.execute("SELECT user_id, namespace, scope, kind, content FROM prme.nodes WHERE id = %s", (node_id,))
+    assert row.fetchone() == (USER, "default", "personal", "fact", payload["content"])
+    # The owner named in the payload must be the operation's: nothing stored otherwise.
+    other = dict(payload, user_id="bob")
+    assert sqlstate(lambda: submit(conn, "add_memory", other, operation_id="other")) == "PR422"
+    for bad in ({"content": "x", "categories": "one"}, {"content": "x", "categories": [1]}, {"content": "x", "tag": 1}):
+        rejected = submit(conn, "add_memory", bad)["operation_id"]
+        drain(conn)
+        assert receipt(conn, rejected)["error"]["reason"] == "invalid_payload", bad
 
 
 def test_more_invalid_submits(conn: psycopg.Connection[Any]) -> None:
@@ -409,7 +553,7 @@ def test_more_invalid_submits(conn: psycopg.Connection[Any]) -> None:
             )
             == "PR422"
         )
-    # Depending on itself: not an operation submitted before it, like any unknown one.
+    # Depending on itself: PR404, as for an id unknown to this owner.
     assert sqlstate(lambda: submit(conn, "add_node", node("x"), operation_id=op, dependencies=[op])) == "PR404"
     assert (
         sqlstate(
@@ -442,10 +586,12 @@ def test_operation_ids_are_scoped_by_owner(conn: psycopg.Connection[Any]) -> Non
     assert sqlstate(lambda: receipt(conn, op, user_id="carol")) == "PR404"
     assert sqlstate(lambda: events(conn, operation_id=op, user_id="carol")) == "PR404"
     assert sqlstate(lambda: receipt(conn, uuid.uuid4())) == "PR404"
-    # alice's operation cannot name bob's as a dependency: unknown to her.
+    # alice's operation that names bob's as a dependency waits for one of her own by that id:
+    # bob's commit does not release it.
     bobs_only = submit(conn, "add_node", node("bob only"), user_id="bob")["operation_id"]
-    assert sqlstate(lambda: submit(conn, "add_node", node("y"), dependencies=[bobs_only])) == "PR404"
+    waiting = submit(conn, "add_node", node("y"), dependencies=[bobs_only])["operation_id"]
     drain(conn)
+    assert receipt(conn, waiting)["state"] == "blocked"
     assert {n for (n,) in conn.execute("SELECT user_id || ':' || content FROM prme.nodes").fetchall()} == {
         "alice:alice's",
         "bob:bob's, different",
@@ -911,7 +1057,7 @@ def _assert_exactly_once(conn: psycopg.Connection[Any], ops: list[uuid.UUID]) ->
     per_op = Counter(
         row[0] for row in conn.execute("SELECT operation_id FROM prme.operation_events WHERE state = 'committed'")
     )
-    assert per_op == Counter(ops)
+    assert per_op == Counter(str(o) for o in ops)
     assert conn.execute("SELECT * FROM prme.verify_journal('alice')").fetchall() == []
 
 
@@ -1053,7 +1199,7 @@ def test_events_resume_by_after_seq_without_gap_or_duplicate(conn: psycopg.Conne
 
     def reader() -> None:
         try:
-            with psycopg.connect(db_dsn, autocommit=True) as c:
+            with connect(db_dsn, autocommit=True) as c:
                 after = 0
                 while True:
                     page = events(c, after=after, max_count=7)
@@ -1069,7 +1215,7 @@ def test_events_resume_by_after_seq_without_gap_or_duplicate(conn: psycopg.Conne
 
     def writer(n: int) -> None:
         try:
-            with psycopg.connect(db_dsn, autocommit=True) as c:
+            with connect(db_dsn, autocommit=True) as c:
                 for i in range(40):
                     submit(c, "add_node", node(f"writer {n} memory {i}"))
         except BaseException as exc:
@@ -1105,7 +1251,7 @@ def test_events_resume_by_after_seq_without_gap_or_duplicate(conn: psycopg.Conne
 
 def test_events_of_a_late_committing_transaction_are_not_skipped(conn: psycopg.Connection[Any], db_dsn: str) -> None:
     """A transaction that started writing first but commits last keeps its place in the stream."""
-    with psycopg.connect(db_dsn) as slow:  # not autocommit: stays open
+    with connect(db_dsn) as slow:  # not autocommit: stays open
         first = submit(slow, "add_node", node("written first, committed last"))["operation_id"]
         second = submit(conn, "add_node", node("written second, committed first"))["operation_id"]
         # The committed event is in the table, with a larger seq than the open one's...
@@ -1123,7 +1269,7 @@ def test_positions_within_one_transaction_survive_a_rolled_back_savepoint(
 ) -> None:
     """Submits and execution in one transaction, across owners, with a savepoint rolled back:
     every event gets its own position, in the order written, and the stream shows each once."""
-    with psycopg.connect(db_dsn) as tx:
+    with connect(db_dsn) as tx:
         a = submit(tx, "add_node", node("a"))["operation_id"]
         b = submit(tx, "add_node", node("b"), user_id="bob")["operation_id"]
         tx.execute("SAVEPOINT s")
@@ -1155,10 +1301,10 @@ def test_events_written_before_migration_0006_stay_in_the_stream(pg_server: test
     name = testing.create_database(pg_server, prefix="prme_ledger_upgrade")
     try:
         dsn = pg_server.dsn_for(name)
-        with psycopg.connect(dsn, autocommit=True) as old:
+        with connect(dsn, autocommit=True) as old:
             migrations.migrate(old, [m for m in migrations.load_migrations() if m.version <= 5])
-            before = submit(old, "add_node", node("accepted before the upgrade"))["operation_id"]
-            waiting = submit(old, "add_node", node("still waiting"))["operation_id"]
+            before = submit(old, "add_node", node("accepted before the upgrade"), id_type="uuid")["operation_id"]
+            waiting = submit(old, "add_node", node("still waiting"), id_type="uuid")["operation_id"]
             run(old, max_count=1)
             migrations.migrate(old)
             after = submit(old, "add_node", node("accepted after the upgrade"), dependencies=[waiting])["operation_id"]
@@ -1202,7 +1348,7 @@ def test_events_of_one_operation_and_paging(conn: psycopg.Connection[Any]) -> No
 
 
 def test_notify_on_acceptance_is_throttled(conn: psycopg.Connection[Any], db_dsn: str) -> None:
-    with psycopg.connect(db_dsn, autocommit=True) as listener:
+    with connect(db_dsn, autocommit=True) as listener:
         listener.execute("LISTEN prme_operations")
 
         def heard(timeout: float = 0.5) -> list[tuple[str, str]]:
@@ -1301,7 +1447,7 @@ def test_long_memory_plan_and_finished_parts_survive_a_killed_executor(
 
     def doomed() -> None:
         try:
-            with psycopg.connect(db_dsn, autocommit=True) as c:
+            with connect(db_dsn, autocommit=True) as c:
                 run(c, max_parts=5)
         except BaseException as exc:
             failure.append(exc)

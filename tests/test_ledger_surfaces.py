@@ -71,24 +71,27 @@ def test_sync_client_submit_receipt_events_and_status(db_dsn: str) -> None:
     with MemoryClient(db_dsn) as memory:
         first = memory.submit_operation(op, "add_node", payload, user_id="alice")
         assert isinstance(first, Receipt)
-        assert first.created and first.state == "accepted" and first.operation_id == op
+        assert first.created and first.state == "accepted" and first.operation_id == str(op)
+        assert first.progress_seq == 1
         assert first.payload_hash == _hash(payload)
         assert first.dependencies == () and first.blocked_by == () and first.attempts == 0
         assert first.created_at.utcoffset() is not None
         again = memory.submit_operation(str(op), "add_node", payload, user_id="alice", payload_hash=_hash(payload))
-        assert not again.created and again.operation_id == op and again.created_at == first.created_at
+        assert not again.created and again.operation_id == str(op) and again.created_at == first.created_at
         with pytest.raises(IdempotencyConflict):
             memory.submit_operation(op, "add_node", {"content": "Lives in Paris"}, user_id="alice")
         assert memory.get_receipt(op, user_id="alice").payload_hash == first.payload_hash
 
         child = memory.submit_operation(uuid.uuid4(), "reinforce", {"x": 1}, user_id="alice", dependencies=[op])
-        assert child.dependencies == (op,)
+        assert child.dependencies == (str(op),)
 
         with pytest.raises(NotFoundError):
             memory.get_receipt(op, user_id="bob")
         with pytest.raises(NotFoundError):
             memory.get_receipt(uuid.uuid4(), user_id="alice")
         with pytest.raises(InvalidInput):
+            memory.get_receipt("not an id", user_id="alice")
+        with pytest.raises(NotFoundError):
             memory.get_receipt("not-a-uuid", user_id="alice")
         with pytest.raises(InvalidInput):
             memory.submit_operation(uuid.uuid4(), "add_node", payload, user_id="alice", payload_hash="0" * 64)
@@ -96,15 +99,17 @@ def test_sync_client_submit_receipt_events_and_status(db_dsn: str) -> None:
             memory.submit_operation(uuid.uuid4(), "add_node", payload, user_id="alice", schema_version=1)
         with pytest.raises(InvalidInput):
             memory.submit_operation(uuid.uuid4(), "drop_everything", payload, user_id="alice")
-        with pytest.raises(NotFoundError):  # an operation unknown to this owner
-            memory.submit_operation(uuid.uuid4(), "add_node", payload, user_id="alice", dependencies=[uuid.uuid4()])
+        with pytest.raises(NotFoundError):  # an operation cannot depend on itself
+            memory.submit_operation("self", "add_node", payload, user_id="alice", dependencies=["self"])
+        with pytest.raises(InvalidInput):
+            memory.submit_operation("has space", "add_node", payload, user_id="alice")
         with pytest.raises(InvalidInput):
             memory.submit_operation(uuid.uuid4(), "add_node", [1], user_id="alice")  # type: ignore[arg-type]
 
         events = memory.operation_events(user_id="alice")
         assert all(isinstance(e, OperationEvent) for e in events)
         assert [(e.operation_id, e.operation_seq, e.state) for e in events] == [
-            (op, 1, "accepted"),
+            (str(op), 1, "accepted"),
             (child.operation_id, 1, "accepted"),
         ]
         assert memory.operation_events(user_id="alice", after_seq=events[0].seq) == events[1:]
@@ -197,7 +202,9 @@ def test_http_submit_status_matrix(api: Api) -> None:
             _body(schema_version=2**40),
             _body(kind="drop_everything"),
             _body(payload=[1]),
-            _body(operation_id="nope"),
+            _body(operation_id="no pe"),
+            _body(operation_id="x" * 129),
+            _body(dependencies=["a/b"]),
             _body(surprise=True),
             {"operation_id": str(uuid.uuid4())},
         ):
@@ -205,10 +212,13 @@ def test_http_submit_status_matrix(api: Api) -> None:
         _problem(
             http.post("/api/v2/operations", content=b"{", headers={"content-type": "application/json"}), 422, "PR422"
         )
-        # A dependency unknown to this owner: not found, and nothing stored.
-        unknown = _body(dependencies=[str(uuid.uuid4())])
-        _problem(http.post("/api/v2/operations", json=unknown), 404, "PR404")
-        _problem(http.get(f"/api/v2/operations/{unknown['operation_id']}"), 404, "PR404")
+        # An operation cannot depend on itself: not found, and nothing stored.
+        itself = _body(operation_id="itself", dependencies=["itself"])
+        _problem(http.post("/api/v2/operations", json=itself), 404, "PR404")
+        _problem(http.get("/api/v2/operations/itself"), 404, "PR404")
+        # One not submitted yet is waited for (docs/LEDGER.md).
+        early = http.post("/api/v2/operations", json=_body(dependencies=["not-yet"]))
+        assert early.status_code == 202 and early.json()["dependencies"] == ["not-yet"], early.text
 
         dependent = _body(dependencies=[body["operation_id"]])
         response = http.post("/api/v2/operations", json=dependent)
@@ -216,7 +226,8 @@ def test_http_submit_status_matrix(api: Api) -> None:
         assert response.json()["dependencies"] == [body["operation_id"]]
 
         _problem(http.get(f"/api/v2/operations/{uuid.uuid4()}"), 404, "PR404")
-        _problem(http.get("/api/v2/operations/not-a-uuid"), 422, "PR422")
+        _problem(http.get("/api/v2/operations/not-a-uuid"), 404, "PR404")
+        _problem(http.get("/api/v2/operations/not%20an%20id"), 422, "PR422")
 
     with api.client(None) as anonymous:
         _problem(anonymous.post("/api/v2/operations", json=_body()), 401, "unauthorized")
@@ -236,10 +247,11 @@ def test_http_owners_are_isolated(api: Api) -> None:
             events = _read_events(response)
         assert [e["data"]["operation_id"] for e in events] == [body["operation_id"]]
         assert alice.get(f"/api/v2/operations/{body['operation_id']}").json()["payload_hash"] == body["payload_hash"]
-        # A dependency must be the same owner's operation: another's is not found.
+        # A dependency is the same owner's operation: alice's waits for one of her own by that id.
         bobs_only = _body()
         assert bob.post("/api/v2/operations", json=bobs_only).status_code == 202
-        _problem(alice.post("/api/v2/operations", json=_body(dependencies=[bobs_only["operation_id"]])), 404, "PR404")
+        waiting = alice.post("/api/v2/operations", json=_body(dependencies=[bobs_only["operation_id"]]))
+        assert waiting.status_code == 202, waiting.text
 
 
 def test_the_ledger_backlog_is_an_authenticated_route(api: Api) -> None:
@@ -300,7 +312,8 @@ def test_sse_history_then_resume_with_last_event_id_has_no_gap_or_duplicate(api:
             assert response.headers["cache-control"] == "no-cache"
             history = _read_events(response)
         assert [e["data"]["operation_id"] for e in history] == ids
-        assert all(e["event"] == "operation" and e["data"]["state"] == "accepted" for e in history)
+        assert all(e["event"] == "operation_state" and e["data"]["to_state"] == "accepted" for e in history)
+        assert all(e["data"]["from_state"] is None and e["data"]["sequence"] == 1 for e in history)
         seqs = [int(e["id"]) for e in history]
         assert seqs == sorted(set(seqs)) and [e["data"]["seq"] for e in history] == seqs
 
@@ -318,10 +331,14 @@ def test_sse_history_then_resume_with_last_event_id_has_no_gap_or_duplicate(api:
         with http.stream("GET", "/api/v2/events", params={"max_seconds": 0, "after": seqs[-1]}) as response:
             assert _read_events(response) == []
 
-        # One operation's stream.
+        # One operation's stream: ids are its event sequence (the reference protocol's).
         with http.stream("GET", f"/api/v2/operations/{ids[2]}/events", params={"max_seconds": 0}) as response:
             one = _read_events(response)
-        assert one == [history[2]] and one[0]["data"]["operation_seq"] == 1
+        assert [e["data"] for e in one] == [history[2]["data"]] and one[0]["id"] == "1"
+        with http.stream(
+            "GET", f"/api/v2/operations/{ids[2]}/events", params={"max_seconds": 0}, headers={"Last-Event-ID": "1"}
+        ) as response:
+            assert _read_events(response) == []
 
         _problem(http.get("/api/v2/events", headers={"Last-Event-ID": "abc"}), 422, "PR422")
         for seconds in ("1000000", "-1", "nan", "inf"):

@@ -510,7 +510,7 @@ CROSS JOIN LATERAL (
 ) AS k
 """
 # The review and decay states of VARIED_STATES as of 0006 (bookkeeping rows); since
-# 0017_report_on_the_memory_row they live on the memory's row (VARIED_STATES_ON_NODES).
+# 0018_report_on_the_memory_row they live on the memory's row (VARIED_STATES_ON_NODES).
 VARIED_STATES = """
 UPDATE prme.node_maintenance AS k SET
     reviewed_explicit_reinforcements = k.explicit_reinforcements / 2,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import threading
@@ -581,6 +582,88 @@ def test_upgrading_to_correction_phrases_keeps_the_inbox_and_changes_the_rules(p
         assert [r[0] for r in conn.execute(detect, [messages])] == [False, False, True, True]
         new_entry = conn.execute(twice, [lyon, lyon]).fetchone()[0]
         assert conn.execute(stored, [new_entry]).fetchone()[0] == [lyon]
+        for owner in ("alice", "bob"):
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+
+
+# -- reference_protocol: operation ids become text, nothing else changes -------------------------
+
+
+def test_upgrading_to_reference_protocol_keeps_receipts_events_and_derived_ids(pg_server: testing.Server) -> None:
+    """Operations accepted while ids were uuid keep their receipts, events, dependencies (in their
+    stored order) and the ids derived from them; a retry with the same UUID still finds its
+    operation, and a blocked one is released by its dependency's commit after the upgrade."""
+    ids = {name: f"dddddddd-0000-4000-8000-0000000017{n:02d}" for n, name in enumerate("abcdefg")}
+    submit = (
+        "SELECT created FROM prme.submit_operation('alice', %s::uuid, 2, %s, %s::uuid[], prme.payload_hash(%s), %s)"
+    )
+    with filled_before(pg_server, "reference_protocol") as (conn, every, target):
+
+        def op(name: str, kind: str, payload: str, deps: tuple[str, ...] = ()) -> None:
+            conn.execute(submit, [ids[name], kind, [ids[d] for d in deps], payload, payload])
+
+        op("a", "add_node", '{"content": "alice keeps bees"}')
+        op("b", "add_event", '{"content": "alice said so"}')
+        node_a = "SELECT prme.derived_id(%s::uuid)"
+        reinforce = json.dumps({"node_id": str(conn.execute(node_a, [ids["a"]]).fetchone()[0])})
+        op("c", "reinforce", reinforce, ("b", "a"))
+        conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+        conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+        op("d", "add_node", '{"content": "waits for e"}')
+        op("e", "add_node", '{"content": "not run yet"}')
+        op("f", "add_node", '{"content": "after d and e"}', ("e", "d"))
+        # Only f runs: it blocks on d and e (both accepted, not committed).
+        conn.execute("UPDATE prme.operations SET next_attempt_at = now() + interval '1 hour' WHERE kind = 'add_node'")
+        conn.execute("UPDATE prme.operations SET next_attempt_at = now() WHERE operation_id = %s::uuid", [ids["f"]])
+        conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+        conn.execute("UPDATE prme.operations SET next_attempt_at = now() WHERE state = 'accepted'")
+
+        # The receipt's fields of before (it gains progress_seq), as text.
+        receipts = (
+            "SELECT (r.operation_id, r.kind, r.payload_hash, r.dependencies, r.state, r.blocked_by, r.result,"
+            " r.error, r.attempts, r.created_at, r.updated_at, r.created)::text"
+            " FROM prme.operations AS o, prme.get_receipt(o.user_id, o.operation_id) AS r ORDER BY 1"
+        )
+        stream = "SELECT e::text FROM prme.operation_events('alice') AS e ORDER BY e.seq"
+        derived = "SELECT o.operation_id::text, prme.derived_id(o.operation_id) FROM prme.operations AS o ORDER BY 1"
+        before_receipts = [r[0] for r in conn.execute(receipts)]
+        before_stream = [r[0] for r in conn.execute(stream)]
+        before_derived = conn.execute(derived).fetchall()
+        states = "SELECT operation_id::text, state, dependencies::text[] FROM prme.operations ORDER BY 1"
+        before_states = conn.execute(states).fetchall()
+        assert [s for _, s, _ in before_states] == ["committed"] * 3 + ["accepted", "accepted", "blocked"]
+        assert {i: d for i, _, d in before_states}[ids["c"]] == sorted([ids["a"], ids["b"]])
+        before = _rows(conn)
+
+        migrations.migrate(conn, [m for m in every if m.version <= target])
+        after = _rows_kept(conn, before)
+        # Every row as it was (ids now text, printed the same), but the blocked operation's next
+        # look, which the upgrade set (its dependency wait).
+        for table in before:
+            if table != "operations":
+                assert after[table] == before[table], table
+        blocked_row = [r for r in before["operations"] if ids["f"] in r.split(",")[1]]
+        assert sorted(set(before["operations"]) - set(blocked_row)) == sorted(
+            r for r in after["operations"] if ids["f"] not in r.split(",")[1]
+        )
+        assert [r[0] for r in conn.execute(receipts)] == before_receipts
+        assert [r[0] for r in conn.execute(stream)] == before_stream
+        assert conn.execute(derived).fetchall() == before_derived
+        assert conn.execute(states).fetchall() == before_states
+        # A retry of an old operation, by its UUID in any case, finds it.
+        retry = (
+            "SELECT created, progress_seq"
+            " FROM prme.submit_operation('alice', %s, 2, 'add_node', '{}', prme.payload_hash(%s), %s)"
+        )
+        payload = '{"content": "alice keeps bees"}'
+        assert conn.execute(retry, [ids["a"].upper(), payload, payload]).fetchone() == (False, 3)
+        # The executor goes on: d and e commit, f is released and commits.
+        for _ in range(3):
+            conn.execute("SELECT * FROM prme.run_operations(10, 'upgrade-test')")
+        done = "SELECT count(*) FROM prme.operations WHERE state = 'committed'"
+        assert conn.execute(done).fetchone() == (6,)
+        node = "SELECT count(*) FROM prme.nodes WHERE id = prme.derived_id(%s)"
+        assert conn.execute(node, [ids["f"]]).fetchone() == (1,)
         for owner in ("alice", "bob"):
             assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
 

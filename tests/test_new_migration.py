@@ -79,3 +79,14 @@ def test_an_unknown_function_or_a_bad_name_writes_nothing(checkout: Path) -> Non
     assert _run(checkout, "Bad-Name", "reinforce").returncode == 2
     assert _run(checkout, "no_functions").returncode == 2
     assert sorted(p.name for p in (checkout / "migrations").iterdir()) == before
+
+
+def test_a_function_with_out_arguments_keeps_its_comment(checkout: Path) -> None:
+    # COMMENT ON FUNCTION names input types only: ledger_limits' comment is found although
+    # its CREATE lists OUT max_payload_bytes and max_payload_depth.
+    created = _run(checkout, "keep_comments", "ledger_limits")
+    assert created.returncode == 0, created.stderr
+    (migration,) = [p for p in (checkout / "migrations").iterdir() if p.name.endswith("_keep_comments.sql")]
+    text = migration.read_text(encoding="utf-8")
+    assert "CREATE OR REPLACE FUNCTION prme.ledger_limits(" in text
+    assert "COMMENT ON FUNCTION prme.ledger_limits() IS" in text

@@ -82,8 +82,22 @@ def _run_operations(dsn: str) -> int:
 
 
 def _ledger(dsn: str, sql: str, params: Any = None) -> list[Any]:
+    """Rows of a query on the ledger; operation ids (text since 0017_reference_protocol) that are
+    UUIDs come back as UUIDs, as the outbox names them."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(sql, params).fetchall()
+        rows = conn.execute(
+            sql, None if params is None else [str(p) if isinstance(p, uuid.UUID) else p for p in params]
+        )
+        return [tuple(_uuid_or_value(v) for v in row) for row in rows.fetchall()]
+
+
+def _uuid_or_value(value: Any) -> Any:
+    if isinstance(value, str) and len(value) == 36:
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _counts(pack: Path) -> dict[str, int]:
@@ -170,6 +184,7 @@ def test_every_ledger_kind_is_accepted(tmp_path: Path) -> None:
         "archive_node": {"node_id": node},
         "record_outcome": {"node_id": node, "outcome": "implicit_success"},
         "link_correction": {"message": "x", "candidate_node_ids": [node]},
+        "add_memory": {"content": "x"},
     }
     for kind in LEDGER_KINDS:
         assert outbox.enqueue(kind, smallest[kind], user_id=ALICE).kind == kind

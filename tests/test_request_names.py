@@ -1,5 +1,6 @@
 """Names that say what they are: a backend request is named for what it does (its verb
-first), and no HTTP model shares a name with one, so a reader never confuses the two."""
+first), and no HTTP model or result type shares a name with one (or with each other), so
+a reader never confuses them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 from pydantic import BaseModel
 
 import prme_pg.http
-from prme_pg import backends
+from prme_pg import backends, models
 
 # What a request can do to the engine; a new request starts with one of these (or adds one).
 VERBS = {
@@ -73,3 +74,15 @@ def test_no_http_model_shares_a_name_with_a_request() -> None:
     assert {"NodeOut", "Problem", "Readiness", "ReceiptOut"} <= set(models)  # the lookup found them
     shared = set(models) & set(_request_classes())
     assert not shared, f"HTTP models named like backend requests: {sorted(shared)}"
+
+
+def test_no_result_type_shares_a_name_with_a_request_or_an_http_model() -> None:
+    """The third family of names: prme_pg.models' result types (what a request returns)."""
+    results = {
+        name
+        for name, value in vars(models).items()
+        if inspect.isclass(value) and value.__module__ == models.__name__ and not name.startswith("_")
+    }
+    assert {"Node", "OutcomeSummary", "Receipt"} <= results  # the lookup found them
+    assert not results & set(_request_classes()), "result types named like backend requests"
+    assert not results & set(_http_models()), "result types named like HTTP models"

@@ -524,10 +524,10 @@ class SubmitOperation(Request[Receipt]):
     """Durably accept an operation of user_id into the ledger (PostgreSQL only)."""
 
     user_id: str
-    operation_id: UUID
+    operation_id: str
     schema_version: int
     kind: str
-    dependencies: tuple[UUID, ...]
+    dependencies: tuple[str, ...]
     payload_hash: str
     payload: dict[str, Any]
 
@@ -537,7 +537,7 @@ class GetReceipt(Request[Receipt]):
     """The receipt of an operation of user_id as it stands now (PostgreSQL only)."""
 
     user_id: str
-    operation_id: UUID
+    operation_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,7 +546,7 @@ class ListOperationEvents(Request[list[OperationEvent]]):
 
     user_id: str
     after_seq: int
-    operation_id: UUID | None
+    operation_id: str | None
     max_count: int
 
 

@@ -307,22 +307,22 @@ RESET_MAINTENANCE_SETTINGS: LiteralString = (
 
 _RECEIPT_COLUMNS: LiteralString = (
     "operation_id, kind, payload_hash, dependencies, state, blocked_by, result, error, attempts, created_at, "
-    "updated_at, created"
+    "updated_at, created, progress_seq"
 )
 SUBMIT_OPERATION: LiteralString = (
     "SELECT " + _RECEIPT_COLUMNS + " FROM prme.submit_operation(user_id => %(user_id)s, "
-    "operation_id => %(operation_id)s::uuid, schema_version => %(schema_version)s::integer, kind => %(kind)s::text, "
-    "dependencies => %(dependencies)s::uuid[], payload_hash => %(payload_hash)s::text, payload => %(payload)s::jsonb)"
+    "operation_id => %(operation_id)s::text, schema_version => %(schema_version)s::integer, kind => %(kind)s::text, "
+    "dependencies => %(dependencies)s::text[], payload_hash => %(payload_hash)s::text, payload => %(payload)s::jsonb)"
 )
 GET_RECEIPT: LiteralString = (
     "SELECT "
     + _RECEIPT_COLUMNS
-    + " FROM prme.get_receipt(user_id => %(user_id)s, operation_id => %(operation_id)s::uuid)"
+    + " FROM prme.get_receipt(user_id => %(user_id)s, operation_id => %(operation_id)s::text)"
 )
 OPERATION_EVENTS: LiteralString = (
     "SELECT seq, operation_id, operation_seq, state, detail, created_at "
     "FROM prme.operation_events(user_id => %(user_id)s, after_seq => %(after_seq)s::bigint, "
-    "operation_id => %(operation_id)s::uuid, max_count => %(max_count)s::integer)"
+    "operation_id => %(operation_id)s::text, max_count => %(max_count)s::integer)"
 )
 LEDGER_STATUS: LiteralString = (
     "SELECT accepting, ready, blocked, processing, oldest_ready_at, oldest_ready_age FROM prme.ledger_status()"

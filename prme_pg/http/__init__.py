@@ -29,14 +29,23 @@ from .. import __version__
 from ..aio import AsyncMemoryClient
 from . import console, ledger, maintenance, nodes, ops, recall, review
 from .dependencies import json_body
-from .gate import PUBLIC_PATHS, PUBLIC_PREFIX, OwnerGate, is_public
+from .gate import PUBLIC_PATHS, PUBLIC_PREFIX, OwnerGate, TrustedLoopback, is_public
 from .limits import Limits, uvicorn_options
 from .problems import EXCEPTION_HANDLERS, problem_responses
 
 if TYPE_CHECKING:
     from ..metrics import ServiceMetrics
 
-__all__ = ["PUBLIC_PATHS", "PUBLIC_PREFIX", "ROUTERS", "Limits", "create_app", "is_public", "uvicorn_options"]
+__all__ = [
+    "PUBLIC_PATHS",
+    "PUBLIC_PREFIX",
+    "ROUTERS",
+    "Limits",
+    "TrustedLoopback",
+    "create_app",
+    "is_public",
+    "uvicorn_options",
+]
 
 # In this order in the OpenAPI document (the console's pages are not in it).
 ROUTERS: tuple[APIRouter, ...] = (
@@ -51,7 +60,11 @@ ROUTERS: tuple[APIRouter, ...] = (
 
 
 def create_app(
-    client: AsyncMemoryClient, *, limits: Limits | None = None, metrics: ServiceMetrics | None = None
+    client: AsyncMemoryClient,
+    *,
+    limits: Limits | None = None,
+    metrics: ServiceMetrics | None = None,
+    trusted: TrustedLoopback | None = None,
 ) -> FastAPI:
     """The ASGI app over an (unopened) client; the app opens and closes it.
 
@@ -59,6 +72,8 @@ def create_app(
     limit is the server's: serve the app with ``uvicorn_options(limits)``). With
     ``metrics``, every request is counted and timed into it (:mod:`.metrics`; the
     ``/metrics`` route is served by :func:`.metrics.metrics_app`, on a bind of its own).
+    ``trusted`` turns trusted loopback mode on for the ledger's routes (:mod:`.gate`; serve the
+    app on a loopback bind only: ``prme-pg serve --trusted-loopback`` refuses any other).
     """
     limits = limits or Limits()
 
@@ -83,6 +98,7 @@ def create_app(
         limits=limits,
         requests_per_owner=limits.requests_per_owner(pool and pool.max_size),
         routes=[route for router in ROUTERS for route in router.routes],
+        trusted=trusted,
     )
     for router in ROUTERS:
         # Every route but the public ones (ops, the console's pages) may meet the gate's limits.

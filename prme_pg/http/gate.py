@@ -11,15 +11,24 @@ rather than drain it).
 It then counts the owner's requests in flight (event streams apart); one past the limit
 is 429 with ``Retry-After``. The authenticated token is left in the request's state
 (``prme_token``) for the ``Owner`` dependency, so a request still costs one token lookup.
+
+Trusted loopback mode (:class:`TrustedLoopback`, ``prme-pg serve --trusted-loopback``; off by
+default; docs/SECURITY.md): a ledger request (``/api/v2/operations...``, ``/api/v2/events``)
+from a loopback peer without an ``Authorization`` header passes without a token, marked
+trusted in the request's state (``prme_trusted``); the ledger's routes then take the owner
+from the payload's ``user_id`` or the configured default. A request with a token is checked
+as always; every other route still needs one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import psycopg
 from psycopg_pool import PoolTimeout
@@ -35,7 +44,18 @@ from .dependencies import GATE_STATE_KEY
 from .limits import Limits
 from .problems import RETRY_SOON, problem
 
-__all__ = ["PUBLIC_PATHS", "PUBLIC_PREFIX", "STREAM_PATH", "OwnerGate", "is_public"]
+__all__ = [
+    "PUBLIC_PATHS",
+    "PUBLIC_PREFIX",
+    "STREAM_PATH",
+    "TRUSTED_PATH",
+    "TRUSTED_STATE_KEY",
+    "OwnerGate",
+    "TrustedLoopback",
+    "is_loopback",
+    "is_public",
+    "trusted_of",
+]
 
 #: Answered without a token: liveness, readiness (probes have no owner token) and the API's description.
 PUBLIC_PATHS = frozenset({"/health", "/ready", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
@@ -45,6 +65,38 @@ PUBLIC_PREFIX = "/ui"
 
 def is_public(path: str) -> bool:
     return path in PUBLIC_PATHS or path == PUBLIC_PREFIX or path.startswith(PUBLIC_PREFIX + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedLoopback:
+    """Trusted loopback mode: the ledger's routes answer loopback peers without a token, for the
+    owner named in the payload (``user_id``) or ``default_user``."""
+
+    default_user: str | None = None
+
+
+#: The routes trusted loopback mode opens: the ledger's.
+TRUSTED_PATH = re.compile(r"^/api/v2/(events|operations(/[^/]+(/events)?)?)$")
+#: Where the gate leaves the :class:`TrustedLoopback` of a request it let pass without a token.
+TRUSTED_STATE_KEY = "prme_trusted"
+#: The slots of trusted requests: one pool, whatever owner their payloads name.
+_TRUSTED_SLOTS = "\x00trusted"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address or a peer's) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def trusted_of(state: object) -> TrustedLoopback | None:
+    """The trusted mode a request passed the gate under without a token, if it did."""
+    trusted = getattr(state, TRUSTED_STATE_KEY, None)
+    return trusted if isinstance(trusted, TrustedLoopback) else None
 
 
 _ROUTES_KEY = "prme_pg.gate.routes"
@@ -98,11 +150,19 @@ class OwnerGate:
     """ASGI middleware: 401 before the body, then at most N requests (and M streams) per owner."""
 
     def __init__(
-        self, app: ASGIApp, *, limits: Limits, requests_per_owner: int, routes: Sequence[BaseRoute] = ()
+        self,
+        app: ASGIApp,
+        *,
+        limits: Limits,
+        requests_per_owner: int,
+        routes: Sequence[BaseRoute] = (),
+        trusted: TrustedLoopback | None = None,
     ) -> None:
-        """``routes``: the app's routes, to name the one a refused request was meant for."""
+        """``routes``: the app's routes, to name the one a refused request was meant for;
+        ``trusted``: trusted loopback mode (module docstring), off when None."""
         self.app = app
         self.limits = limits
+        self.trusted = trusted
         self.routes = tuple(routes)
         self._requests = _Slots(requests_per_owner, limits.slot_wait_seconds)
         self._streams = _Slots(limits.max_streams_per_owner, 0)
@@ -126,6 +186,9 @@ class OwnerGate:
             await self.app(scope, receive, send)
             return
         credentials = _bearer(scope)
+        if credentials is None and self._trusts(scope):
+            await self._pass_trusted(scope, receive, send)
+            return
         if credentials is None:
             await _unauthorized("an Authorization: Bearer token is required", scope, receive, send)
             return
@@ -152,6 +215,27 @@ class OwnerGate:
         scope.setdefault("state", {})[GATE_STATE_KEY] = token
         try:
             async with slots.slot(owner):
+                await self.app(scope, receive, send)
+        except SlotsFull:
+            await _too_many(slots.limit, what, scope, receive, send)
+
+    def _trusts(self, scope: Scope) -> bool:
+        """Trusted mode is on, the request is the ledger's and its peer is on loopback."""
+        peer = scope.get("client")
+        return (
+            self.trusted is not None
+            and TRUSTED_PATH.match(scope["path"]) is not None
+            and peer is not None
+            and is_loopback(str(peer[0]))
+            and "authorization" not in Headers(scope=scope)
+        )
+
+    async def _pass_trusted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream = STREAM_PATH.match(scope["path"]) is not None
+        slots, what = (self._streams, "event streams") if stream else (self._requests, "requests")
+        scope.setdefault("state", {})[TRUSTED_STATE_KEY] = self.trusted
+        try:
+            async with slots.slot(_TRUSTED_SLOTS):
                 await self.app(scope, receive, send)
         except SlotsFull:
             await _too_many(slots.limit, what, scope, receive, send)

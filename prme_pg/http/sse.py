@@ -29,13 +29,15 @@ __all__ = [
 EVENT_STREAM = "text/event-stream"
 MAX_STREAM_SECONDS = 300
 
-After = Annotated[int, Query(ge=0, le=2**63 - 1, description="resume after this seq (Last-Event-ID wins)")]
+After = Annotated[int, Query(ge=0, le=2**63 - 1, description="resume after this event id (Last-Event-ID wins)")]
 MaxSeconds = Annotated[float, Query(ge=0, le=MAX_STREAM_SECONDS, description="end the stream after this many seconds")]
-LastEventId = Annotated[str | None, Header(alias="Last-Event-ID", description="the last seq received; resume after it")]
+LastEventId = Annotated[
+    str | None, Header(alias="Last-Event-ID", description="the last event id received; resume after it")
+]
 
 
 def message(seq: int, event: str, data: dict[str, Any]) -> str:
-    """One Server-Sent Events message: id is the stream position (seq), data compact JSON."""
+    """One Server-Sent Events message: id is where a reconnect resumes, data compact JSON."""
     return f"id: {seq}\nevent: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
@@ -45,7 +47,7 @@ def resume_after(last_event_id: str | None, after: int) -> int:
         return after
     text = last_event_id.strip()
     if not text.isascii() or not text.isdigit() or len(text) > 19 or int(text) > 2**63 - 1:
-        raise InvalidInput(f"Last-Event-ID must be an event seq (a non-negative integer), got {last_event_id[:40]!r}")
+        raise InvalidInput(f"Last-Event-ID must be an event id (a non-negative integer), got {last_event_id[:40]!r}")
     return int(text)
 
 

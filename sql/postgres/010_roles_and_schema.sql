@@ -5,7 +5,7 @@
 --   prme_owner    owns every prme object; NOLOGIN.
 --   prme_app      USAGE on the schema, EXECUTE on API functions; no table access.
 --   prme_reader   SELECT through row-level security: the owners bound to the role
---                 in prme.reader_bindings (135_security.sql).
+--                 in prme.reader_bindings (015_reader_bindings.sql).
 --   prme_auditor  SELECT on the same tables, every owner's rows.
 -- Everything after this file is created as prme_owner (SET LOCAL ROLE), so the
 -- SECURITY DEFINER functions run with exactly the owner's rights.
@@ -40,5 +40,7 @@ GRANT USAGE ON SCHEMA prme TO prme_app, prme_reader, prme_auditor;
 SET LOCAL ROLE prme_owner;
 
 -- Functions are executable by PUBLIC unless revoked, and that global default can
--- only be changed without IN SCHEMA. Every module still revokes explicitly.
+-- only be changed without IN SCHEMA. So no function prme_owner creates, internal
+-- helpers included, is executable by PUBLIC unless granted (the pgTAP security
+-- tests check every function of the schema).
 ALTER DEFAULT PRIVILEGES FOR ROLE prme_owner REVOKE EXECUTE ON FUNCTIONS FROM public;

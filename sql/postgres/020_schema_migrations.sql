@@ -16,3 +16,6 @@ CREATE TABLE prme.schema_migrations (
 
 COMMENT ON TABLE prme.schema_migrations IS
 'Applied migrations: version and name from the file name, sha256 of the file body.';
+
+-- Read by the migration runner as prme_owner; no other role reads it.
+REVOKE ALL ON prme.schema_migrations FROM public;

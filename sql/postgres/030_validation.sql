@@ -121,3 +121,117 @@ $$;
 
 COMMENT ON FUNCTION prme._valid_timestamp(text, timestamptz) IS
 'Internal: returns value (NULL allowed) when it is finite and within years 1..9999, else raises PR422.';
+
+CREATE FUNCTION prme._valid_scopes(scopes text[])
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_scope text;
+    v_result text[] := '{}'::text[];
+BEGIN
+    IF scopes IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF cardinality(scopes) NOT BETWEEN 1 AND 100 OR array_ndims(scopes) <> 1 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'scopes must be a one-dimensional array of 1 to 100 scopes',
+            DETAIL = format('got %s elements', cardinality(scopes));
+    END IF;
+    FOREACH v_scope IN ARRAY scopes LOOP
+        v_scope := prme._valid_name('scope', v_scope);
+        IF NOT v_scope = ANY (v_result) THEN
+            v_result := v_result || v_scope;
+        END IF;
+    END LOOP;
+    RETURN v_result;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_scopes(text[]) IS
+'Internal: NULL stays NULL; otherwise 1..100 valid scope names, returned without duplicates in first-seen order. '
+'Anything else raises PR422.';
+
+CREATE FUNCTION prme._valid_ref(argument text, value text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- An explicit control-character set (C0, DEL, C1): [[:cntrl:]] depends on the locale.
+    IF value IS NOT NULL
+       AND (length(value) NOT BETWEEN 1 AND 256 OR value ~ E'[\\x01-\\x1f\\x7f-\\x9f]' OR value <> btrim(value)) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('%s must be 1 to 256 characters without control characters or surrounding spaces',
+                argument);
+    END IF;
+    RETURN value;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_ref(text, text) IS
+'Internal: returns value (NULL allowed) when it is a valid external reference such as profile_id or thread_id '
+'(1 to 256 characters, no control characters or surrounding spaces), else raises PR422.';
+
+CREATE FUNCTION prme._valid_notes(notes text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF octet_length(notes) > 65536 THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'notes must be at most 65536 bytes',
+            DETAIL = format('got %s bytes', octet_length(notes));
+    END IF;
+    RETURN notes;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_notes(text) IS
+'Internal: returns notes (NULL allowed) when it is at most 64 KiB of UTF-8, else raises PR422.';
+
+-- The four outcome kinds are those prme._outcome_weight (210_outcomes.sql) weighs.
+CREATE FUNCTION prme._valid_outcome(outcome text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF prme._outcome_weight(outcome) IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'outcome must be explicit_reinforcement, implicit_success, neutral_exposure or explicit_correction',
+            DETAIL = format('got %s', coalesce(quote_literal(left(outcome, 80)), 'NULL'));
+    END IF;
+    RETURN outcome;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_outcome(text) IS
+'Internal: returns outcome when it is one of the four outcome kinds, else raises PR422.';
+
+CREATE FUNCTION prme._valid_token_sha256(token_sha256 text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF token_sha256 IS NULL OR token_sha256 !~ '^[0-9a-f]{64}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'token_sha256 must be 64 lowercase hex digits';
+    END IF;
+    RETURN token_sha256;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_token_sha256(text) IS
+'Internal: returns token_sha256 when it is 64 lowercase hex digits, else raises PR422.';

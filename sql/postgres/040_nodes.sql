@@ -177,6 +177,20 @@ COMMENT ON COLUMN prme.nodes.decay_cycles IS
 -- so a lookup reads one owner's postings for each query word, however large the table.
 CREATE INDEX nodes_search_idx ON prme.nodes USING gin (search);
 
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.nodes ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON prme.nodes FROM public;
+GRANT SELECT ON prme.nodes TO prme_reader, prme_auditor;
+CREATE POLICY nodes_reader_owner ON prme.nodes FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY nodes_auditor_all ON prme.nodes FOR SELECT TO prme_auditor USING (TRUE);
+
 -- What API functions return: the node (without derived columns) plus whether a
 -- retried request was answered from its idempotency key.
 CREATE TYPE prme.node_view AS (
@@ -223,22 +237,11 @@ $$;
 COMMENT ON FUNCTION prme._node_view(prme.nodes, boolean) IS
 'Internal: the API view of a node row (drops derived columns, adds replayed).';
 
--- SQL-standard bodies, no SET clause (here and in _node_state, 060's
+-- SQL-standard bodies, no SET clause (here, in 025's _json_time, 060's
 -- _journal_record_v2, 110's caps): bound to their objects when created, so the
 -- session's search_path cannot reach them, and inlined into the statement that
 -- calls them. Every confirmation builds two node states and a record with them
 -- (docs/REINFORCE.md, "Hot path").
-CREATE FUNCTION prme._json_time(value timestamptz)
-RETURNS text
-LANGUAGE sql
-STABLE
-PARALLEL SAFE
--- UTC, always six fractional digits: independent of the session's TimeZone and DateStyle.
-RETURN coalesce('"' || to_char(value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'null');
-
-COMMENT ON FUNCTION prme._json_time(timestamptz) IS
-'Internal: a timestamp as a journal JSON value, "YYYY-MM-DDTHH:MM:SS.ffffffZ" in UTC, or null.';
-
 CREATE FUNCTION prme._node_state(node prme.nodes)
 RETURNS text
 LANGUAGE sql

@@ -21,21 +21,6 @@ CREATE TABLE prme.events (
 COMMENT ON TABLE prme.events IS
 'Immutable evidence (messages, observations) that confirmations cite. Updates and deletes are refused.';
 
-CREATE FUNCTION prme._refuse_change()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RAISE EXCEPTION USING
-        ERRCODE = 'PR422',
-        MESSAGE = format('%s.%s is append-only: %s is not allowed', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP);
-END;
-$$;
-
-COMMENT ON FUNCTION prme._refuse_change() IS
-'Internal trigger: refuses UPDATE, DELETE and TRUNCATE on append-only tables.';
-
 CREATE TRIGGER events_append_only
 BEFORE UPDATE OR DELETE ON prme.events
 FOR EACH ROW EXECUTE FUNCTION prme._refuse_change();
@@ -43,3 +28,17 @@ FOR EACH ROW EXECUTE FUNCTION prme._refuse_change();
 CREATE TRIGGER events_no_truncate
 BEFORE TRUNCATE ON prme.events
 FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.events ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON prme.events FROM public;
+GRANT SELECT ON prme.events TO prme_reader, prme_auditor;
+CREATE POLICY events_reader_owner ON prme.events FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY events_auditor_all ON prme.events FOR SELECT TO prme_auditor USING (TRUE);

@@ -56,20 +56,19 @@ CREATE TRIGGER journal_no_truncate
 BEFORE TRUNCATE ON prme.journal
 FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
 
-CREATE FUNCTION prme._sha256_hex(value text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- convert_to, not ::bytea: the bytea cast would interpret backslash escapes.
-    RETURN encode(sha256(convert_to(value, 'UTF8')), 'hex');
-END;
-$$;
-
-COMMENT ON FUNCTION prme._sha256_hex(text) IS
-'Internal: sha256 of the UTF-8 bytes of value, as lowercase hex.';
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.journal ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON prme.journal FROM public;
+GRANT SELECT ON prme.journal TO prme_reader, prme_auditor;
+CREATE POLICY journal_reader_owner ON prme.journal FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY journal_auditor_all ON prme.journal FOR SELECT TO prme_auditor USING (TRUE);
 
 CREATE FUNCTION prme._journal_record_v2(
     op text,
@@ -89,7 +88,7 @@ LANGUAGE sql
 STABLE
 PARALLEL SAFE
 -- Keys in RFC 8785 order (all ASCII, so code-unit order is byte order). SQL-standard
--- body, no SET clause: inlined (040_nodes.sql, _json_time).
+-- body, no SET clause: inlined (040_nodes.sql, _node_state).
 RETURN '{"after":' || after_state
 || ',"before":' || coalesce(before_state, 'null')
 || ',"evidence_id":' || coalesce('"' || evidence_id::text || '"', 'null')
@@ -282,3 +281,6 @@ COMMENT ON FUNCTION prme.verify_journal(text) IS
 'Checks every journal record of one owner: checksum over the stored text, columns against the record, '
 'version sequence, hash chain (v2), before/after continuity, that each node points at its newest record, and '
 'that every chain has its node. Returns one row per problem; no rows means the journal verifies.';
+
+REVOKE ALL ON FUNCTION prme.verify_journal(text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.verify_journal(text) TO prme_app;

@@ -27,3 +27,7 @@ CREATE TABLE prme.request_keys (
 COMMENT ON TABLE prme.request_keys IS
 'Idempotency keys per (user_id, namespace) of calls that write no journal record (record_outcome): what each '
 'request_id did and the journal record of the node state it saw. A confirmation''s key is its journal record.';
+
+-- No role but prme_owner reads the keys: row-level security without a policy.
+ALTER TABLE prme.request_keys ENABLE ROW LEVEL SECURITY;
+REVOKE ALL ON prme.request_keys FROM public;

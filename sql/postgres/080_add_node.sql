@@ -79,3 +79,6 @@ $$;
 COMMENT ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) IS
 'Creates a memory for user_id and journals it as a create record. node_id may be given (PR409 if taken); '
 'otherwise a random one is chosen. Invalid arguments raise PR422.';
+
+REVOKE ALL ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) TO prme_app;

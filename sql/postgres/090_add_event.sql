@@ -48,3 +48,6 @@ $$;
 
 COMMENT ON FUNCTION prme.add_event(text, text, text, text, text, jsonb, timestamptz, uuid) IS
 'Records immutable evidence for user_id. occurred_at defaults to now; event_id may be given (PR409 if taken).';
+
+REVOKE ALL ON FUNCTION prme.add_event(text, text, text, text, text, jsonb, timestamptz, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.add_event(text, text, text, text, text, jsonb, timestamptz, uuid) TO prme_app;

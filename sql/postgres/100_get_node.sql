@@ -68,3 +68,8 @@ $$;
 COMMENT ON FUNCTION prme.list_nodes(text, text, uuid, integer) IS
 'Pages through the memories of user_id in id order: pass the last id returned as after_node_id. '
 'namespace filters when given; max_count is 1..10000.';
+
+REVOKE ALL ON FUNCTION prme.get_node(text, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.get_node(text, uuid) TO prme_app;
+REVOKE ALL ON FUNCTION prme.list_nodes(text, text, uuid, integer) FROM public;
+GRANT EXECUTE ON FUNCTION prme.list_nodes(text, text, uuid, integer) TO prme_app;

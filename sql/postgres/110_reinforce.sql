@@ -220,3 +220,6 @@ COMMENT ON FUNCTION prme.reinforce(uuid, text, uuid, uuid) IS
 'explicit_reinforcement outcome and carries its key. With request_id, a retry of the same call returns the '
 'current node with replayed = true and writes nothing; reuse for anything else raises PR409. PR404 for a '
 'missing, foreign or archived node, or evidence of another owner or scope.';
+
+REVOKE ALL ON FUNCTION prme.reinforce(uuid, text, uuid, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.reinforce(uuid, text, uuid, uuid) TO prme_app;

@@ -50,3 +50,6 @@ $$;
 
 COMMENT ON FUNCTION prme.archive_node(text, uuid) IS
 'Archives a memory of user_id and journals it. PR404 when it is missing, foreign or already archived.';
+
+REVOKE ALL ON FUNCTION prme.archive_node(text, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.archive_node(text, uuid) TO prme_app;

@@ -81,3 +81,6 @@ $$;
 COMMENT ON FUNCTION prme.replay_node(text, uuid) IS
 'Rebuilds a memory of user_id from its journal (re-deriving reinforce records from their policy) and compares '
 'it with the stored row: one row with matches, the first problem found, and both states. PR404 if not found.';
+
+REVOKE ALL ON FUNCTION prme.replay_node(text, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.replay_node(text, uuid) TO prme_app;

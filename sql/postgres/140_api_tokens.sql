@@ -20,22 +20,8 @@ CREATE TABLE prme.api_tokens (
 COMMENT ON TABLE prme.api_tokens IS
 'HTTP bearer tokens: the sha256 of each token and the one owner it acts for. Tokens themselves are never stored.';
 
-CREATE FUNCTION prme._valid_token_sha256(token_sha256 text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF token_sha256 IS NULL OR token_sha256 !~ '^[0-9a-f]{64}$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'token_sha256 must be 64 lowercase hex digits';
-    END IF;
-    RETURN token_sha256;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._valid_token_sha256(text) IS
-'Internal: returns token_sha256 when it is 64 lowercase hex digits, else raises PR422.';
+-- No role but prme_owner reads tokens: row-level security without a policy.
+ALTER TABLE prme.api_tokens ENABLE ROW LEVEL SECURITY;
 
 CREATE FUNCTION prme.create_api_token(user_id text, token_sha256 text, label text DEFAULT '')
 RETURNS timestamptz
@@ -111,8 +97,9 @@ $$;
 COMMENT ON FUNCTION prme.authenticate_api_token(text, text) IS
 'True when token_sha256 is a live (unrevoked) bearer token of user_id.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.create_api_token(text, text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.create_api_token(text, text, text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.revoke_api_token(text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.revoke_api_token(text, text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.authenticate_api_token(text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.authenticate_api_token(text, text) TO prme_app;
-ALTER TABLE prme.api_tokens ENABLE ROW LEVEL SECURITY;

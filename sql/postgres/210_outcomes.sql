@@ -127,69 +127,6 @@ $$;
 COMMENT ON FUNCTION prme._outcome_view(prme.outcomes, boolean) IS
 'Internal: the API view of an outcome row (adds replayed).';
 
-CREATE FUNCTION prme._valid_outcome(outcome text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF prme._outcome_weight(outcome) IS NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'outcome must be explicit_reinforcement, implicit_success, neutral_exposure or explicit_correction',
-            DETAIL = format('got %s', coalesce(quote_literal(left(outcome, 80)), 'NULL'));
-    END IF;
-    RETURN outcome;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._valid_outcome(text) IS
-'Internal: returns outcome when it is one of the four outcome kinds, else raises PR422.';
-
-CREATE FUNCTION prme._valid_ref(argument text, value text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    -- An explicit control-character set (C0, DEL, C1): [[:cntrl:]] depends on the locale.
-    IF value IS NOT NULL
-       AND (length(value) NOT BETWEEN 1 AND 256 OR value ~ E'[\\x01-\\x1f\\x7f-\\x9f]' OR value <> btrim(value)) THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = format('%s must be 1 to 256 characters without control characters or surrounding spaces',
-                argument);
-    END IF;
-    RETURN value;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._valid_ref(text, text) IS
-'Internal: returns value (NULL allowed) when it is a valid external reference such as profile_id or thread_id '
-'(1 to 256 characters, no control characters or surrounding spaces), else raises PR422.';
-
-CREATE FUNCTION prme._valid_notes(notes text)
-RETURNS text
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF octet_length(notes) > 65536 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'notes must be at most 65536 bytes',
-            DETAIL = format('got %s bytes', octet_length(notes));
-    END IF;
-    RETURN notes;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._valid_notes(text) IS
-'Internal: returns notes (NULL allowed) when it is at most 64 KiB of UTF-8, else raises PR422.';
-
 CREATE FUNCTION prme._add_outcome(
     user_id text,
     node_id uuid,
@@ -501,3 +438,15 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
 GRANT EXECUTE ON FUNCTION prme.record_outcome(text, uuid, text, uuid, text, text, text, uuid) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.outcome_summary(text, uuid) TO prme_app;
 ALTER TABLE prme.outcomes ENABLE ROW LEVEL SECURITY;
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+GRANT SELECT ON prme.outcomes TO prme_reader, prme_auditor;
+CREATE POLICY outcomes_reader_owner ON prme.outcomes FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY outcomes_auditor_all ON prme.outcomes FOR SELECT TO prme_auditor USING (TRUE);

@@ -49,6 +49,19 @@ COMMENT ON TABLE prme.correction_inbox IS
 CREATE INDEX correction_inbox_open_idx ON prme.correction_inbox (user_id, created_at)
 WHERE resolution IS NULL;
 
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.correction_inbox ENABLE ROW LEVEL SECURITY;
+GRANT SELECT ON prme.correction_inbox TO prme_reader, prme_auditor;
+CREATE POLICY correction_inbox_reader_owner ON prme.correction_inbox FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY correction_inbox_auditor_all ON prme.correction_inbox FOR SELECT TO prme_auditor USING (TRUE);
+
 CREATE FUNCTION prme._correction_tokens(message text)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -381,9 +394,11 @@ COMMENT ON FUNCTION prme.resolve_correction(text, uuid, uuid) IS
 'memory (any non-archived memory of the owner, else PR404) and marks the entry linked; without, dismisses it. '
 'Repeating the same resolution returns the entry unchanged; a different one raises PR409.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.is_correction(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.is_correction(text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.link_correction(text, text, uuid[], text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.link_correction(text, text, uuid[], text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.list_correction_inbox(text, boolean, integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.list_correction_inbox(text, boolean, integer) TO prme_app;
+REVOKE ALL ON FUNCTION prme.resolve_correction(text, uuid, uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.resolve_correction(text, uuid, uuid) TO prme_app;
-ALTER TABLE prme.correction_inbox ENABLE ROW LEVEL SECURITY;

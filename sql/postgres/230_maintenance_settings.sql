@@ -37,6 +37,20 @@ INSERT INTO prme.maintenance_settings (user_id, stability, review_cadence, decay
 ('*', 'semi-stable', interval '30 days', 0.15),
 ('*', 'stable', interval '90 days', 0.05);
 
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql). The '*' rows belong to no owner: a reader bound to
+-- an owner sees that owner's overrides, not the defaults.
+ALTER TABLE prme.maintenance_settings ENABLE ROW LEVEL SECURITY;
+GRANT SELECT ON prme.maintenance_settings TO prme_reader, prme_auditor;
+CREATE POLICY maintenance_settings_reader_owner ON prme.maintenance_settings FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY maintenance_settings_auditor_all ON prme.maintenance_settings FOR SELECT TO prme_auditor USING (TRUE);
+
 CREATE FUNCTION prme._maintenance_setting(user_id text, stability text)
 RETURNS prme.maintenance_settings
 LANGUAGE plpgsql
@@ -185,8 +199,9 @@ $$;
 COMMENT ON FUNCTION prme.reset_maintenance_settings(text) IS
 'Removes user_id''s overrides, so the defaults apply again, and returns the effective settings.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.get_maintenance_settings(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.get_maintenance_settings(text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.set_maintenance_setting(text, text, interval, numeric) FROM public;
 GRANT EXECUTE ON FUNCTION prme.set_maintenance_setting(text, text, interval, numeric) TO prme_app;
+REVOKE ALL ON FUNCTION prme.reset_maintenance_settings(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.reset_maintenance_settings(text) TO prme_app;
-ALTER TABLE prme.maintenance_settings ENABLE ROW LEVEL SECURITY;

@@ -525,3 +525,24 @@ GRANT EXECUTE ON FUNCTION prme.get_patch(text, uuid) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.apply_patch(text, uuid, text[], text) TO prme_app;
 ALTER TABLE prme.maintenance_patches ENABLE ROW LEVEL SECURITY;
 ALTER TABLE prme.patch_ops ENABLE ROW LEVEL SECURITY;
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+GRANT SELECT ON prme.maintenance_patches TO prme_reader, prme_auditor;
+CREATE POLICY maintenance_patches_reader_owner ON prme.maintenance_patches FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY maintenance_patches_auditor_all ON prme.maintenance_patches FOR SELECT TO prme_auditor USING (TRUE);
+GRANT SELECT ON prme.patch_ops TO prme_reader, prme_auditor;
+CREATE POLICY patch_ops_reader_owner ON prme.patch_ops FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY patch_ops_auditor_all ON prme.patch_ops FOR SELECT TO prme_auditor USING (TRUE);

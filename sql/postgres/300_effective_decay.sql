@@ -162,5 +162,5 @@ COMMENT ON FUNCTION prme.effective_nodes(text, timestamptz, uuid, integer) IS
 'confidence at as_of (default now; NULL means now): virtual decay from last_reinforced_at, or created_at when '
 'never confirmed. Nothing is written. Pass the last id as after_node_id; max_count is 1..10000.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.effective_nodes(text, timestamptz, uuid, integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.effective_nodes(text, timestamptz, uuid, integer) TO prme_app;

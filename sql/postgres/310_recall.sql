@@ -18,39 +18,6 @@
 -- the table. See docs/RECALL.md.
 -- =============================================================================
 
-CREATE FUNCTION prme._valid_scopes(scopes text[])
-RETURNS text[]
-LANGUAGE plpgsql
-IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_scope text;
-    v_result text[] := '{}'::text[];
-BEGIN
-    IF scopes IS NULL THEN
-        RETURN NULL;
-    END IF;
-    IF cardinality(scopes) NOT BETWEEN 1 AND 100 OR array_ndims(scopes) <> 1 THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = 'scopes must be a one-dimensional array of 1 to 100 scopes',
-            DETAIL = format('got %s elements', cardinality(scopes));
-    END IF;
-    FOREACH v_scope IN ARRAY scopes LOOP
-        v_scope := prme._valid_name('scope', v_scope);
-        IF NOT v_scope = ANY (v_result) THEN
-            v_result := v_result || v_scope;
-        END IF;
-    END LOOP;
-    RETURN v_result;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._valid_scopes(text[]) IS
-'Internal: NULL stays NULL; otherwise 1..100 valid scope names, returned without duplicates in first-seen order. '
-'Anything else raises PR422.';
-
 CREATE FUNCTION prme._any_lexeme_query(lexemes text[])
 RETURNS tsquery
 LANGUAGE plpgsql
@@ -241,5 +208,5 @@ COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) IS
 '1..1000; the query is at most 64 KiB with at most 1024 distinct lexemes. Archived and deprecated memories are '
 'excluded. Nothing is written. See docs/RECALL.md.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) TO prme_app;

@@ -46,6 +46,19 @@ CREATE TRIGGER snapshot_generations_no_truncate
 BEFORE TRUNCATE ON prme.snapshot_generations
 FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
 
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.snapshot_generations ENABLE ROW LEVEL SECURITY;
+GRANT SELECT ON prme.snapshot_generations TO prme_reader, prme_auditor;
+CREATE POLICY snapshot_generations_reader_owner ON prme.snapshot_generations FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY snapshot_generations_auditor_all ON prme.snapshot_generations FOR SELECT TO prme_auditor USING (TRUE);
+
 CREATE TABLE prme.snapshot_heads (
     user_id text NOT NULL,
     scope text NOT NULL,
@@ -97,6 +110,19 @@ CREATE TRIGGER snapshot_heads_no_truncate
 BEFORE TRUNCATE ON prme.snapshot_heads
 FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
 
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.snapshot_heads ENABLE ROW LEVEL SECURITY;
+GRANT SELECT ON prme.snapshot_heads TO prme_reader, prme_auditor;
+CREATE POLICY snapshot_heads_reader_owner ON prme.snapshot_heads FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY snapshot_heads_auditor_all ON prme.snapshot_heads FOR SELECT TO prme_auditor USING (TRUE);
+
 CREATE TABLE prme.snapshot_history (
     user_id text NOT NULL,
     scope text NOT NULL,
@@ -125,6 +151,19 @@ FOR EACH ROW EXECUTE FUNCTION prme._refuse_change();
 CREATE TRIGGER snapshot_history_no_truncate
 BEFORE TRUNCATE ON prme.snapshot_history
 FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+ALTER TABLE prme.snapshot_history ENABLE ROW LEVEL SECURITY;
+GRANT SELECT ON prme.snapshot_history TO prme_reader, prme_auditor;
+CREATE POLICY snapshot_history_reader_owner ON prme.snapshot_history FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY snapshot_history_auditor_all ON prme.snapshot_history FOR SELECT TO prme_auditor USING (TRUE);
 
 -- What current_snapshot and get_snapshot return.
 CREATE TYPE prme.snapshot_view AS (
@@ -430,10 +469,9 @@ COMMENT ON FUNCTION prme.get_snapshot(text, text, text) IS
 'One generation of (user_id, scope) by id, current or not, verified like current_snapshot; seq and advanced_at '
 'are those of the latest time it became current. PR404 when this owner and scope have no such generation.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.publish_snapshot(text, text, integer, integer, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.publish_snapshot(text, text, integer, integer, text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.current_snapshot(text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.current_snapshot(text, text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.get_snapshot(text, text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.get_snapshot(text, text, text) TO prme_app;
-ALTER TABLE prme.snapshot_generations ENABLE ROW LEVEL SECURITY;
-ALTER TABLE prme.snapshot_heads ENABLE ROW LEVEL SECURITY;
-ALTER TABLE prme.snapshot_history ENABLE ROW LEVEL SECURITY;

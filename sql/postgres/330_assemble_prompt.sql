@@ -115,5 +115,5 @@ COMMENT ON FUNCTION prme.assemble_prompt(text, text[], integer) IS
 'exceeds it). Also returns the scopes and the generation id used for each (NULL: never published), and whether '
 'an item did not fit (truncated). Each generation is verified against its id. See docs/SNAPSHOTS.md.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.assemble_prompt(text, text[], integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.assemble_prompt(text, text[], integer) TO prme_app;

@@ -23,120 +23,16 @@
 -- jsonb cannot hold duplicate keys, NUL characters or lone surrogates, so the
 -- input is already I-JSON; the caller's jsonb cast reports those.
 --
--- uuid v5 needs SHA-1, which core PostgreSQL lacks (pgcrypto and uuid-ossp have
--- it, but installing an extension needs rights a migration should not assume),
--- so a small PL/pgSQL SHA-1 is here. prme.derived_id(operation_id) is
+-- prme.derived_id(operation_id) is a uuid v5 (prme._uuid_v5, 025_helpers.sql):
 -- uuid5(473adea8-cd69-5ad2-b4b4-e329cd93d1ff, lowercase text of operation_id);
 -- in Python: uuid.uuid5(uuid.uuid5(uuid.NAMESPACE_URL, 'urn:prme-pg:operations'),
 -- str(operation_id)).
 -- =============================================================================
 
-CREATE FUNCTION prme._sha1(data bytea)
-RETURNS bytea
-LANGUAGE plpgsql
-IMMUTABLE
-STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_length bigint := octet_length(data);
-    v_message bytea;
-    v_w bigint[];
-    v_h0 bigint := 1732584193;
-    v_h1 bigint := 4023233417;
-    v_h2 bigint := 2562383102;
-    v_h3 bigint := 271733878;
-    v_h4 bigint := 3285377520;
-    v_a bigint;
-    v_b bigint;
-    v_c bigint;
-    v_d bigint;
-    v_e bigint;
-    v_f bigint;
-    v_k bigint;
-    v_t bigint;
-    v_offset integer;
-BEGIN
-    -- FIPS 180-4: pad with 0x80, zeros to 56 mod 64, then the bit length (big-endian).
-    v_message := data || E'\\x80'::bytea
-        || substr(decode(repeat('00', 64), 'hex'), 1, (119 - (v_length % 64)::integer) % 64)
-        || int8send(v_length * 8);
-    FOR v_block IN 0 .. octet_length(v_message) / 64 - 1 LOOP
-        v_w := '{}';
-        FOR v_i IN 0 .. 15 LOOP
-            v_offset := v_block * 64 + v_i * 4;
-            v_w[v_i] := (get_byte(v_message, v_offset)::bigint << 24)
-                | (get_byte(v_message, v_offset + 1)::bigint << 16)
-                | (get_byte(v_message, v_offset + 2)::bigint << 8)
-                | get_byte(v_message, v_offset + 3)::bigint;
-        END LOOP;
-        FOR v_i IN 16 .. 79 LOOP
-            v_t := v_w[v_i - 3] # v_w[v_i - 8] # v_w[v_i - 14] # v_w[v_i - 16];
-            v_w[v_i] := ((v_t << 1) | (v_t >> 31)) & 4294967295;
-        END LOOP;
-        v_a := v_h0;
-        v_b := v_h1;
-        v_c := v_h2;
-        v_d := v_h3;
-        v_e := v_h4;
-        FOR v_i IN 0 .. 79 LOOP
-            IF v_i < 20 THEN
-                v_f := (v_b & v_c) | ((v_b # 4294967295) & v_d);
-                v_k := 1518500249;
-            ELSIF v_i < 40 THEN
-                v_f := v_b # v_c # v_d;
-                v_k := 1859775393;
-            ELSIF v_i < 60 THEN
-                v_f := (v_b & v_c) | (v_b & v_d) | (v_c & v_d);
-                v_k := 2400959708;
-            ELSE
-                v_f := v_b # v_c # v_d;
-                v_k := 3395469782;
-            END IF;
-            v_t := ((((v_a << 5) | (v_a >> 27)) & 4294967295) + v_f + v_e + v_k + v_w[v_i]) & 4294967295;
-            v_e := v_d;
-            v_d := v_c;
-            v_c := ((v_b << 30) | (v_b >> 2)) & 4294967295;
-            v_b := v_a;
-            v_a := v_t;
-        END LOOP;
-        v_h0 := (v_h0 + v_a) & 4294967295;
-        v_h1 := (v_h1 + v_b) & 4294967295;
-        v_h2 := (v_h2 + v_c) & 4294967295;
-        v_h3 := (v_h3 + v_d) & 4294967295;
-        v_h4 := (v_h4 + v_e) & 4294967295;
-    END LOOP;
-    RETURN substr(int8send(v_h0), 5) || substr(int8send(v_h1), 5) || substr(int8send(v_h2), 5)
-        || substr(int8send(v_h3), 5) || substr(int8send(v_h4), 5);
-END;
-$$;
+-- The common helpers used here (prme._sha1, prme._uuid_v5, prme._sha256_hex) are
+-- in 025_helpers.sql.
 
-COMMENT ON FUNCTION prme._sha1(bytea) IS
-'Internal: SHA-1 (FIPS 180-4) of data, 20 bytes. Only for uuid v5 names; never for integrity.';
-
-CREATE FUNCTION prme._uuid_v5(namespace uuid, name text)
-RETURNS uuid
-LANGUAGE plpgsql
-IMMUTABLE
-STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_hash bytea;
-BEGIN
-    -- RFC 4122 section 4.3: SHA-1 of namespace bytes || UTF-8 name, first 16
-    -- bytes, version 5 in the high nibble of byte 6, variant 10 in byte 8.
-    v_hash := substr(prme._sha1(uuid_send(namespace) || convert_to(name, 'UTF8')), 1, 16);
-    v_hash := set_byte(v_hash, 6, (get_byte(v_hash, 6) & 15) | 80);
-    v_hash := set_byte(v_hash, 8, (get_byte(v_hash, 8) & 63) | 128);
-    RETURN encode(v_hash, 'hex')::uuid;
-END;
-$$;
-
-COMMENT ON FUNCTION prme._uuid_v5(uuid, text) IS
-'Internal: the RFC 4122 version 5 (SHA-1, name-based) UUID of name in namespace; equals Python uuid.uuid5.';
-
-CREATE FUNCTION prme.derived_id(operation_id uuid)
+CREATE FUNCTION prme.derived_id(operation_id text)
 RETURNS uuid
 LANGUAGE plpgsql
 IMMUTABLE
@@ -144,16 +40,16 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF operation_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'operation_id must not be null';
-    END IF;
-    RETURN prme._uuid_v5('473adea8-cd69-5ad2-b4b4-e329cd93d1ff', operation_id::text);
+    -- The id as the ledger stores it: a UUID in lowercase, so a UUID id derives the
+    -- same id it did when ids were uuid (PR422 for what is no operation id).
+    RETURN prme._uuid_v5('473adea8-cd69-5ad2-b4b4-e329cd93d1ff', prme._operation_id(operation_id));
 END;
 $$;
 
-COMMENT ON FUNCTION prme.derived_id(uuid) IS
-'The id of the memory (add_node) or event (add_event) that an operation creates: '
-'uuid5(uuid5(NAMESPACE_URL, ''urn:prme-pg:operations''), lowercase operation_id), so callers know it in advance.';
+COMMENT ON FUNCTION prme.derived_id(text) IS
+'The id of the memory (add_node, add_memory) or event (add_event) that an operation creates: '
+'uuid5(uuid5(NAMESPACE_URL, ''urn:prme-pg:operations''), operation_id as stored: a UUID in lowercase), so '
+'callers know it in advance.';
 
 CREATE FUNCTION prme._jcs_double(value float8)
 RETURNS text
@@ -458,6 +354,6 @@ COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
 'prme.submit_operation expects. PR422 for a payload over 1 MiB, nested deeper than 32 levels, or with a number '
 'out of double range or without an exact double form.';
 
-GRANT EXECUTE ON FUNCTION prme.derived_id(uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.derived_id(text) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.canonical_json(jsonb) TO prme_app;
 GRANT EXECUTE ON FUNCTION prme.payload_hash(jsonb) TO prme_app;

@@ -29,22 +29,22 @@
 
 -- The table checks what the functions rely on: the state machine's consistency
 -- (state, blocked_by, result, error, counters) and the shape of what the executor
--- reads. kind and payload_hash, which prme.submit_operation checks itself before it
--- writes a row, are not checked a second time here: their regular expressions cost
--- about a tenth of a submit (migration ledger_fast_submit dropped them; the three
--- cheap checks it measured alongside cost nothing measurable and stay;
--- docs/LEDGER.md, "Performance").
+-- reads. Operation ids are ASCII and compared byte by byte (COLLATE "C"): the key's
+-- comparisons cost what uuid's did, and sort the same in every database.
+-- operation_id, kind and payload_hash, which prme.submit_operation checks
+-- itself before it writes a row, are not checked a second time here: their regular
+-- expressions would cost about a tenth of a submit (docs/LEDGER.md, "Performance").
 CREATE TABLE prme.operations (
     user_id text NOT NULL,
-    operation_id uuid NOT NULL,
+    operation_id text COLLATE "C" NOT NULL,
     schema_version integer NOT NULL CHECK (schema_version = 2),
     kind text NOT NULL,
-    dependencies uuid[] NOT NULL DEFAULT '{}' CHECK (array_position(dependencies, NULL) IS NULL),
+    dependencies text[] COLLATE "C" NOT NULL DEFAULT '{}' CHECK (array_position(dependencies, NULL) IS NULL),
     payload_hash text NOT NULL,
     payload jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object'),
     state text NOT NULL DEFAULT 'accepted'
     CHECK (state IN ('accepted', 'blocked', 'processing', 'committed', 'rejected')),
-    blocked_by uuid[] NOT NULL DEFAULT '{}',
+    blocked_by text[] COLLATE "C" NOT NULL DEFAULT '{}',
     result jsonb,
     error jsonb,
     attempts integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
@@ -53,8 +53,6 @@ CREATE TABLE prme.operations (
     last_event_seq integer NOT NULL DEFAULT 0 CHECK (last_event_seq >= 0),
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL,
-    -- Last: added by migration 0006 (operations accepted before it have their
-    -- accepted event in prme.operation_events and NULL here).
     accepted_seq bigint CHECK (accepted_seq > 0),
     PRIMARY KEY (user_id, operation_id),
     CHECK ((state = 'blocked') = (cardinality(blocked_by) > 0)),
@@ -68,19 +66,23 @@ COMMENT ON TABLE prme.operations IS
 COMMENT ON COLUMN prme.operations.payload_hash IS
 'The sha256 hex of the RFC 8785 canonical form of payload that the client declared; the executor recomputes it '
 'before applying the operation and rejects a mismatch (payload_hash_mismatch). Proven only once committed.';
+COMMENT ON COLUMN prme.operations.dependencies IS
+'The operations this one waits for, in the order the caller listed them (each once).';
 COMMENT ON COLUMN prme.operations.blocked_by IS
-'While blocked: the dependencies that have not committed yet, sorted.';
+'While blocked: the dependencies that have not committed yet (submitted or not), sorted.';
 COMMENT ON COLUMN prme.operations.next_attempt_at IS
-'The executor claims an accepted or processing operation from this time on (retries back off).';
+'The executor claims an accepted or processing operation from this time on (retries back off), and looks '
+'again at a blocked one at this time (its dependency wait, docs/LEDGER.md).';
 COMMENT ON COLUMN prme.operations.last_event_seq IS
 'operation_seq of the newest event of this operation (events are numbered under the row lock).';
 COMMENT ON COLUMN prme.operations.accepted_seq IS
 'Stream position (seq) of the operation''s first event, accepted (operation_seq 1, detail {}), which lives in '
-'this row rather than in prme.operation_events. NULL for operations accepted before migration 0006.';
+'this row rather than in prme.operation_events. NULL when that event is a row of prme.operation_events.';
 
--- The executor's queue: what can be claimed, oldest first.
+-- The executor's queue: what can be claimed, oldest first (blocked operations come
+-- up when their dependency wait is over).
 CREATE INDEX operations_ready ON prme.operations (next_attempt_at)
-WHERE state IN ('accepted', 'processing');
+WHERE state IN ('accepted', 'processing', 'blocked');
 
 -- Dependents to release or reject when an operation finishes.
 CREATE INDEX operations_blocked ON prme.operations (user_id)
@@ -94,7 +96,7 @@ WHERE accepted_seq IS NOT NULL;
 CREATE TABLE prme.operation_events (
     user_id text NOT NULL,
     seq bigint NOT NULL CHECK (seq > 0),
-    operation_id uuid NOT NULL,
+    operation_id text COLLATE "C" NOT NULL,
     operation_seq integer NOT NULL CHECK (operation_seq > 0),
     state text NOT NULL CHECK (state IN ('accepted', 'blocked', 'processing', 'committed', 'rejected')),
     detail jsonb NOT NULL DEFAULT '{}',
@@ -118,10 +120,56 @@ CREATE TRIGGER operation_events_no_truncate
 BEFORE TRUNCATE ON prme.operation_events
 FOR EACH STATEMENT EXECUTE FUNCTION prme._refuse_change();
 
+-- The operation kinds, written once: prme.submit_operation accepts these and the
+-- executor applies these (440_run_operations.sql); the Python copies are tested
+-- against this list (tests/test_ledger.py).
+CREATE FUNCTION prme._operation_kinds()
+RETURNS text[]
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+AS $$
+    -- No SET search_path (it names no object): a function with one is never inlined,
+    -- and inlined this list is a constant in every caller's plan.
+    SELECT ARRAY[
+        'add_node', 'add_event', 'reinforce', 'archive_node', 'record_outcome', 'link_correction', 'add_memory'
+    ];
+$$;
+
+COMMENT ON FUNCTION prme._operation_kinds() IS
+'Internal: the operation kinds the ledger accepts and its executor applies (docs/LEDGER.md).';
+
+CREATE FUNCTION prme._operation_id(operation_id text)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- 1 to 128 characters of a path-safe alphabet (docs/LEDGER.md, "Compatibility").
+    -- A UUID in its 8-4-4-4-12 form is one id whatever its case: lowercase, as the
+    -- ledger stored UUID ids before ids were text, so a retry finds its operation.
+    IF operation_id IS NULL OR operation_id !~ '^[A-Za-z0-9._:-]{1,128}$' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'an operation id must be 1 to 128 characters of A-Z, a-z, 0-9, ".", "_", ":" and "-"',
+            DETAIL = format('got %s', coalesce(quote_literal(left(operation_id, 80)), 'NULL'));
+    END IF;
+    IF operation_id ~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
+        RETURN lower(operation_id);
+    END IF;
+    RETURN operation_id;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._operation_id(text) IS
+'Internal: an operation id as the ledger stores it (a UUID in lowercase, any other id as given); PR422 unless '
+'it is 1 to 128 characters of A-Z a-z 0-9 . _ : -.';
+
 -- What operation_events returns.
 CREATE TYPE prme.operation_event AS (
     seq bigint,
-    operation_id uuid,
+    operation_id text,
     operation_seq integer,
     state text,
     detail jsonb,
@@ -133,23 +181,24 @@ COMMENT ON TYPE prme.operation_event IS
 
 -- What submit_operation and get_receipt return.
 CREATE TYPE prme.operation_receipt AS (
-    operation_id uuid,
+    operation_id text,
     kind text,
     payload_hash text,
-    dependencies uuid[],  -- noqa: LT01
+    dependencies text[],  -- noqa: LT01
     state text,
-    blocked_by uuid[],  -- noqa: LT01
+    blocked_by text[],  -- noqa: LT01
     result jsonb,
     error jsonb,
     attempts integer,
     created_at timestamptz,
     updated_at timestamptz,
-    created boolean
+    created boolean,
+    progress_seq integer
 );
 
 COMMENT ON TYPE prme.operation_receipt IS
-'The receipt of an operation: its identity, state, what blocks it, its result or error, attempts, and '
-'created (true only for the call that accepted it).';
+'The receipt of an operation: its identity, state, what blocks it, its result or error, attempts, '
+'created (true only for the call that accepted it) and progress_seq (operation_seq of its newest event).';
 
 CREATE FUNCTION prme._operation_receipt(op prme.operations, created boolean)
 RETURNS prme.operation_receipt
@@ -160,7 +209,7 @@ AS $$
 BEGIN
     RETURN ROW(
         op.operation_id, op.kind, op.payload_hash, op.dependencies, op.state, op.blocked_by,
-        op.result, op.error, op.attempts, op.created_at, op.updated_at, created
+        op.result, op.error, op.attempts, op.created_at, op.updated_at, created, op.last_event_seq
     )::prme.operation_receipt;
 END;
 $$;
@@ -272,7 +321,27 @@ COMMENT ON FUNCTION prme._notify_ready() IS
 'Internal: NOTIFY prme_operations, ''ready'' unless one was sent less than prme.notify_interval_ms '
 'milliseconds ago (default 50; 0 notifies every time).';
 
--- Read through the API functions only: no table privileges for prme_app or
--- prme_reader; row-level security (no policy) as on every prme table.
+-- prme_app reads and writes through the API functions only (no table privileges).
 ALTER TABLE prme.operations ENABLE ROW LEVEL SECURITY;
 ALTER TABLE prme.operation_events ENABLE ROW LEVEL SECURITY;
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+GRANT SELECT ON prme.operations TO prme_reader, prme_auditor;
+CREATE POLICY operations_reader_owner ON prme.operations FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY operations_auditor_all ON prme.operations FOR SELECT TO prme_auditor USING (TRUE);
+GRANT SELECT ON prme.operation_events TO prme_reader, prme_auditor;
+CREATE POLICY operation_events_reader_owner ON prme.operation_events FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY operation_events_auditor_all ON prme.operation_events FOR SELECT TO prme_auditor USING (TRUE);

@@ -19,7 +19,7 @@
 CREATE FUNCTION prme.operation_events(
     user_id text,
     after_seq bigint DEFAULT 0,
-    operation_id uuid DEFAULT NULL,
+    operation_id text DEFAULT NULL,
     max_count integer DEFAULT 100
 )
 RETURNS SETOF prme.operation_event
@@ -31,6 +31,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_user_id text := prme._valid_user_id(operation_events.user_id);
+    v_id text;
     v_horizon bigint;
     v_offset bigint;
 BEGIN
@@ -41,8 +42,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'after_seq must be a non-negative integer';
     END IF;
     IF operation_events.operation_id IS NOT NULL THEN
+        v_id := prme._operation_id(operation_events.operation_id);
         PERFORM FROM prme.operations AS o
-        WHERE o.user_id = v_user_id AND o.operation_id = operation_events.operation_id;
+        WHERE o.user_id = v_user_id AND o.operation_id = v_id;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'operation not found';
         END IF;
@@ -61,18 +63,18 @@ BEGIN
             SELECT i.seq, i.operation_id, i.operation_seq, i.state, i.detail, i.created_at
             FROM prme.imported_operation_events AS i
             WHERE i.user_id = v_user_id AND i.seq > operation_events.after_seq
-              AND (operation_events.operation_id IS NULL OR i.operation_id = operation_events.operation_id)
+              AND (v_id IS NULL OR i.operation_id = v_id)
             UNION ALL
             SELECT e.seq + v_offset, e.operation_id, e.operation_seq, e.state, e.detail, e.created_at
             FROM prme.operation_events AS e
             WHERE e.user_id = v_user_id AND e.seq > operation_events.after_seq - v_offset AND e.seq < v_horizon
-              AND (operation_events.operation_id IS NULL OR e.operation_id = operation_events.operation_id)
+              AND (v_id IS NULL OR e.operation_id = v_id)
             UNION ALL
             SELECT o.accepted_seq + v_offset, o.operation_id, 1, 'accepted', '{}'::jsonb, o.created_at
             FROM prme.operations AS o
             WHERE o.user_id = v_user_id AND o.accepted_seq > operation_events.after_seq - v_offset
               AND o.accepted_seq < v_horizon
-              AND (operation_events.operation_id IS NULL OR o.operation_id = operation_events.operation_id)
+              AND (v_id IS NULL OR o.operation_id = v_id)
         ) AS s
         ORDER BY s.seq
         LIMIT operation_events.max_count;
@@ -82,7 +84,7 @@ BEGIN
     -- Two sources, one stream: the rows of prme.operation_events, and the accepted
     -- events kept in the operation rows (accepted_seq, 410_operations.sql). Each
     -- side is an index range scan in seq order; the union is merged, then cut.
-    IF operation_events.operation_id IS NULL THEN
+    IF v_id IS NULL THEN
         RETURN QUERY
         SELECT s.seq, s.operation_id, s.operation_seq, s.state, s.detail, s.created_at
         FROM (
@@ -103,12 +105,12 @@ BEGIN
         FROM (
             SELECT e.seq, e.operation_id, e.operation_seq, e.state, e.detail, e.created_at
             FROM prme.operation_events AS e
-            WHERE e.user_id = v_user_id AND e.operation_id = operation_events.operation_id
+            WHERE e.user_id = v_user_id AND e.operation_id = v_id
               AND e.seq > operation_events.after_seq AND e.seq < v_horizon
             UNION ALL
             SELECT o.accepted_seq, o.operation_id, 1, 'accepted', '{}'::jsonb, o.created_at
             FROM prme.operations AS o
-            WHERE o.user_id = v_user_id AND o.operation_id = operation_events.operation_id
+            WHERE o.user_id = v_user_id AND o.operation_id = v_id
               AND o.accepted_seq > operation_events.after_seq AND o.accepted_seq < v_horizon
         ) AS s
         ORDER BY s.seq
@@ -117,10 +119,10 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme.operation_events(text, bigint, uuid, integer) IS
+COMMENT ON FUNCTION prme.operation_events(text, bigint, text, integer) IS
 'Events of user_id''s operations (or of one operation) with seq > after_seq, in seq order, at most max_count. '
 'Pass the last seq seen to resume: no event is skipped or repeated, even one whose transaction commits late, '
 'because only events of transactions older than every running one are shown, and across a move to another '
-'server (prme-pg shard move). PR404 for an unknown operation_id.';
+'server (prme-pg shard move). PR404 for an unknown operation_id, PR422 for one that is no operation id.';
 
-GRANT EXECUTE ON FUNCTION prme.operation_events(text, bigint, uuid, integer) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.operation_events(text, bigint, text, integer) TO prme_app;

@@ -30,7 +30,7 @@ COMMENT ON TABLE prme.owner_streams IS
 CREATE TABLE prme.imported_operation_events (
     user_id text NOT NULL,
     seq bigint NOT NULL CHECK (seq > 0),
-    operation_id uuid NOT NULL,
+    operation_id text COLLATE "C" NOT NULL,
     operation_seq integer NOT NULL CHECK (operation_seq > 0),
     state text NOT NULL CHECK (state IN ('accepted', 'blocked', 'processing', 'committed', 'rejected')),
     detail jsonb NOT NULL DEFAULT '{}',

@@ -24,13 +24,20 @@
 -- blocked (blocked_by sorted); the commit of its last open dependency releases
 -- it, and the rejection of any dependency rejects it (dependency_rejected),
 -- transitively. The dependency check locks the open dependencies FOR SHARE
--- NOWAIT, so no dependency can commit unseen between the check and the commit
--- of "blocked": nothing stays blocked forever. An operation whose dependency
+-- NOWAIT, and takes a shared advisory lock on each dependency not submitted yet
+-- (a commit or rejection takes it exclusively before it looks for dependents),
+-- so no dependency can finish unseen between the check and the commit of
+-- "blocked". A blocked operation is looked at again when its dependency wait
+-- (prme._dependency_wait(), setting prme.dependency_wait_seconds) is over:
+-- rejected as dependency_missing when a dependency has still not been
+-- submitted, as dependency_cycle when it waits for itself, else it waits one
+-- more period. Nothing stays blocked forever. An operation whose dependency
 -- finished in a transaction younger than this call's is left for the next call,
 -- so that in the event stream (ordered by transaction id) a dependency's outcome
 -- always comes before anything that waited for it.
--- Ids: add_node and add_event create prme.derived_id(operation_id); reinforce
--- and record_outcome pass operation_id as their request_id.
+-- Ids: add_node, add_memory and add_event create prme.derived_id(operation_id);
+-- reinforce and record_outcome pass prme._operation_request_id(operation_id) as
+-- their request_id.
 -- =============================================================================
 
 CREATE FUNCTION prme._payload_fields(payload jsonb, kind text, allowed text[], required text[])
@@ -178,6 +185,51 @@ $$;
 COMMENT ON FUNCTION prme._payload_time(jsonb, text) IS
 'Internal: an ISO 8601 time field (with Z or an offset) of a payload; NULL when absent; PR422 otherwise.';
 
+CREATE FUNCTION prme._operation_request_id(operation_id text)
+RETURNS uuid
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- A UUID id is its own request id (as when ids were uuid); any other id its derived id.
+    SELECT CASE
+        WHEN operation_id ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN operation_id::uuid
+        ELSE prme.derived_id(operation_id)
+    END;
+$$;
+
+COMMENT ON FUNCTION prme._operation_request_id(text) IS
+'Internal: the request_id an operation passes to reinforce and record_outcome: a UUID id itself, any other id '
+'prme.derived_id of it.';
+
+CREATE FUNCTION prme._operation_lock_key(user_id text, operation_id text)
+RETURNS bigint
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT hashtextextended(user_id || E'\n' || operation_id, 7);
+$$;
+
+COMMENT ON FUNCTION prme._operation_lock_key(text, text) IS
+'Internal: the advisory lock key of an operation id of an owner: a blocking executor holds it shared for a '
+'dependency not submitted yet; a commit or rejection of that operation takes it exclusively.';
+
+CREATE FUNCTION prme._dependency_wait()
+RETURNS interval
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT make_interval(secs => CASE WHEN s.setting ~ '^[0-9]{1,9}$' THEN s.setting::integer ELSE 86400 END)
+    FROM (SELECT current_setting('prme.dependency_wait_seconds', TRUE) AS setting) AS s;
+$$;
+
+COMMENT ON FUNCTION prme._dependency_wait() IS
+'Internal: how long a blocked operation waits for a dependency that has not been submitted before it is '
+'rejected as dependency_missing: setting prme.dependency_wait_seconds (of the executor''s session), default '
+'86400 (one day).';
+
 CREATE FUNCTION prme._apply_operation(
     op prme.operations,
     parts_budget integer,
@@ -199,14 +251,42 @@ DECLARE
     v_node prme.node_view;
     v_event prme.events;
     v_outcome prme.outcome_view;
+    v_provenance jsonb;
 BEGIN
     parts_used := 0;
+    IF op.kind <> ALL(prme._operation_kinds()) THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = format('unknown operation kind %s', op.kind);
+    END IF;
     CASE op.kind
-        WHEN 'add_node' THEN
-            PERFORM prme._payload_fields(v_payload, op.kind, ARRAY[
-                'content', 'scope', 'namespace', 'kind', 'confidence_base', 'salience_base', 'stability',
-                'decay_profile', 'next_review_at', 'token_budget'
-            ], ARRAY['content']);
+        WHEN 'add_node', 'add_memory' THEN
+            IF op.kind = 'add_node' THEN
+                PERFORM prme._payload_fields(v_payload, op.kind, ARRAY[
+                    'content', 'scope', 'namespace', 'kind', 'confidence_base', 'salience_base', 'stability',
+                    'decay_profile', 'next_review_at', 'token_budget'
+                ], ARRAY['content']);
+            ELSE
+                -- The reference protocol's memory (docs/LEDGER.md, "Compatibility"): a
+                -- node with add_node's defaults; user_id is the owner (checked at submit);
+                -- agent_id, session_id and categories stay in the operation and its result.
+                PERFORM prme._payload_fields(v_payload, op.kind, ARRAY[
+                    'content', 'user_id', 'agent_id', 'session_id', 'categories'
+                ], ARRAY['content']);
+                PERFORM prme._payload_text(v_payload, 'user_id');
+                IF coalesce(jsonb_typeof(v_payload -> 'categories'), 'null') NOT IN ('array', 'null') OR EXISTS (
+                    SELECT FROM jsonb_array_elements(
+                        CASE WHEN jsonb_typeof(v_payload -> 'categories') = 'array' THEN v_payload -> 'categories' END
+                    ) AS c (category)
+                    WHERE jsonb_typeof(c.category) <> 'string'
+                ) THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = 'PR422', MESSAGE = 'payload field categories must be an array of strings';
+                END IF;
+                v_provenance := jsonb_build_object(
+                    'agent_id', prme._payload_text(v_payload, 'agent_id'),
+                    'session_id', prme._payload_text(v_payload, 'session_id'),
+                    'categories', coalesce(v_payload -> 'categories', 'null'::jsonb)
+                );
+            END IF;
             -- Validate up front what would otherwise fail only after a long memory's parts.
             v_content := prme._valid_content(prme._payload_text(v_payload, 'content'));
             PERFORM prme._valid_name('scope', coalesce(prme._payload_text(v_payload, 'scope'), 'personal'));
@@ -246,6 +326,9 @@ BEGIN
             IF progress IS NOT NULL THEN
                 result := result || jsonb_build_object('parts', progress -> 'parts');
             END IF;
+            IF v_provenance IS NOT NULL THEN
+                result := result || v_provenance;
+            END IF;
         WHEN 'add_event' THEN
             PERFORM prme._payload_fields(v_payload, op.kind, ARRAY[
                 'content', 'scope', 'namespace', 'kind', 'payload', 'occurred_at'
@@ -267,7 +350,7 @@ BEGIN
                 node_id => prme._payload_uuid(v_payload, 'node_id'),
                 user_id => op.user_id,
                 evidence_id => prme._payload_uuid(v_payload, 'evidence_id'),
-                request_id => op.operation_id
+                request_id => prme._operation_request_id(op.operation_id)
             );
             result := jsonb_build_object('node_id', v_node.id, 'node_version', v_node.version, 'replayed', v_node.replayed);
         WHEN 'archive_node' THEN
@@ -286,7 +369,7 @@ BEGIN
                 profile_id => prme._payload_text(v_payload, 'profile_id'),
                 thread_id => prme._payload_text(v_payload, 'thread_id'),
                 notes => prme._payload_text(v_payload, 'notes'),
-                request_id => op.operation_id
+                request_id => prme._operation_request_id(op.operation_id)
             );
             result := jsonb_build_object(
                 'outcome_id', v_outcome.id, 'node_id', v_outcome.node_id, 'node_version', v_outcome.node_version,
@@ -327,6 +410,9 @@ AS $$
 DECLARE
     v_dependent prme.operations;
 BEGIN
+    -- Wait for any executor that is blocking an operation on this one while it was
+    -- not submitted yet: its "blocked" is visible once the lock is ours.
+    PERFORM pg_advisory_xact_lock(prme._operation_lock_key(op.user_id, op.operation_id));
     -- Usually nothing waits: a plain look is cheaper than opening the locking loop.
     PERFORM FROM prme.operations AS o
     WHERE o.user_id = op.user_id AND o.state = 'blocked' AND op.operation_id = ANY(o.blocked_by);
@@ -336,7 +422,7 @@ BEGIN
     FOR v_dependent IN
         SELECT o.* FROM prme.operations AS o
         WHERE o.user_id = op.user_id AND o.state = 'blocked' AND op.operation_id = ANY(o.blocked_by)
-        ORDER BY o.operation_id
+        ORDER BY o.operation_id COLLATE "C"
         FOR UPDATE
     LOOP
         v_dependent.blocked_by := array_remove(v_dependent.blocked_by, op.operation_id);
@@ -373,9 +459,9 @@ AS $$
 DECLARE
     v_rejected prme.operations;
     v_dependent prme.operations;
-    v_frontier uuid[];
-    v_next uuid[];
-    v_cause uuid;
+    v_frontier text[];
+    v_next text[];
+    v_cause text;
 BEGIN
     UPDATE prme.operations AS o SET
         state = 'rejected',
@@ -389,6 +475,8 @@ BEGIN
     WHERE o.user_id = op.user_id AND o.operation_id = op.operation_id
     RETURNING o.* INTO v_rejected;
     PERFORM prme._append_operation_event(v_rejected, jsonb_build_object('error', _reject_operation.error));
+    -- As in prme._release_dependents: see dependents blocked on it before it was submitted.
+    PERFORM pg_advisory_xact_lock(prme._operation_lock_key(op.user_id, op.operation_id));
 
     -- Whatever waits for a rejected operation can never run: reject it too, transitively.
     v_frontier := ARRAY[op.operation_id];
@@ -397,10 +485,12 @@ BEGIN
         FOR v_dependent IN
             SELECT o.* FROM prme.operations AS o
             WHERE o.user_id = op.user_id AND o.state = 'blocked' AND o.blocked_by && v_frontier
-            ORDER BY o.operation_id
+            ORDER BY o.operation_id COLLATE "C"
             FOR UPDATE
         LOOP
-            v_cause := (SELECT d FROM unnest(v_dependent.blocked_by) AS d WHERE d = ANY(v_frontier) ORDER BY d LIMIT 1);
+            v_cause := (
+                SELECT d FROM unnest(v_dependent.blocked_by) AS d WHERE d = ANY(v_frontier) ORDER BY d COLLATE "C" LIMIT 1
+            );
             UPDATE prme.operations AS o SET
                 state = 'rejected',
                 blocked_by = '{}',
@@ -428,7 +518,7 @@ COMMENT ON FUNCTION prme._reject_operation(prme.operations, jsonb) IS
 
 CREATE FUNCTION prme._execute_operation(
     user_id text,
-    operation_id uuid,
+    operation_id text,
     worker text,
     parts_budget integer,
     OUT outcome text,
@@ -442,8 +532,10 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_op prme.operations;
-    v_rejected uuid[];
-    v_open uuid[];
+    v_rejected text[];
+    v_open text[];
+    v_missing text[];
+    v_found text[];
     v_applied record;
     v_hash text;
 BEGIN
@@ -452,7 +544,7 @@ BEGIN
     SELECT o.* INTO v_op
     FROM prme.operations AS o
     WHERE o.user_id = _execute_operation.user_id AND o.operation_id = _execute_operation.operation_id;
-    IF NOT FOUND OR v_op.state NOT IN ('accepted', 'processing') THEN
+    IF NOT FOUND OR v_op.state NOT IN ('accepted', 'processing', 'blocked') THEN
         outcome := 'skipped';
         RETURN;
     END IF;
@@ -476,31 +568,44 @@ BEGIN
         END IF;
     END IF;
 
-    IF v_op.state = 'accepted' AND cardinality(v_op.dependencies) > 0 THEN
+    IF v_op.state IN ('accepted', 'blocked') AND cardinality(v_op.dependencies) > 0 THEN
         SELECT
-            coalesce(array_agg(d.operation_id ORDER BY d.operation_id) FILTER (WHERE d.state = 'rejected'), '{}'),
-            coalesce(array_agg(d.operation_id ORDER BY d.operation_id) FILTER (
-                WHERE d.state NOT IN ('committed', 'rejected')), '{}')
-        INTO v_rejected, v_open
-        FROM prme.operations AS d
-        WHERE d.user_id = v_op.user_id AND d.operation_id = ANY(v_op.dependencies);
-        IF cardinality(v_open) > 0 AND cardinality(v_rejected) = 0 THEN
+            coalesce(array_agg(o.operation_id) FILTER (WHERE o.state = 'rejected'), '{}'),
+            coalesce(array_agg(o.operation_id) FILTER (WHERE o.state NOT IN ('committed', 'rejected')), '{}'),
+            coalesce(array_agg(o.operation_id), '{}')
+        INTO v_rejected, v_open, v_found
+        FROM prme.operations AS o
+        WHERE o.user_id = v_op.user_id AND o.operation_id = ANY(v_op.dependencies);
+        v_missing := ARRAY(SELECT x FROM unnest(v_op.dependencies) AS x WHERE x <> ALL(v_found));
+        IF cardinality(v_rejected) = 0 AND cardinality(v_open) + cardinality(v_missing) > 0 THEN
             -- Hold the open dependencies still until this transaction ends, so none
-            -- of them can commit between this look and the commit of "blocked"
+            -- of them can finish between this look and the commit of "blocked"
             -- (its commit would look for blocked dependents before ours is visible).
             -- NOWAIT: one that is being executed right now raises 55P03, and this
-            -- operation is simply tried again in a later call.
+            -- operation is simply tried again in a later call. A dependency not
+            -- submitted yet has no row to lock: its advisory lock stands in, taken
+            -- before the look below, which sees it if it was submitted meanwhile.
+            IF EXISTS (
+                SELECT FROM unnest(v_missing) AS m
+                WHERE NOT pg_try_advisory_xact_lock_shared(prme._operation_lock_key(v_op.user_id, m))
+            ) THEN
+                outcome := 'skipped';
+                RETURN;
+            END IF;
             SELECT
-                coalesce(array_agg(d.operation_id ORDER BY d.operation_id) FILTER (WHERE d.state = 'rejected'), '{}'),
-                coalesce(array_agg(d.operation_id ORDER BY d.operation_id) FILTER (
-                    WHERE d.state NOT IN ('committed', 'rejected')), '{}')
-            INTO v_rejected, v_open
+                coalesce(array_agg(d.operation_id) FILTER (WHERE d.state = 'rejected'), '{}'),
+                coalesce(array_agg(d.operation_id) FILTER (WHERE d.state NOT IN ('committed', 'rejected')), '{}'),
+                coalesce(array_agg(d.operation_id), '{}')
+            INTO v_rejected, v_open, v_found
             FROM (
                 SELECT o.operation_id, o.state FROM prme.operations AS o
-                WHERE o.user_id = v_op.user_id AND o.operation_id = ANY(v_open)
-                ORDER BY o.operation_id
+                WHERE o.user_id = v_op.user_id AND o.operation_id = ANY(v_open || v_missing)
+                ORDER BY o.operation_id COLLATE "C"
                 FOR SHARE NOWAIT
             ) AS d;
+            v_missing := ARRAY(SELECT x FROM unnest(v_missing) AS x WHERE x <> ALL(v_found));
+            -- Waiting: the open ones and the ones not submitted yet.
+            v_open := v_open || v_missing;
         END IF;
         -- Causality in the stream: seq follows the transaction id, so a dependency
         -- that finished in a transaction younger than this one would show its
@@ -513,8 +618,9 @@ BEGIN
             outcome := 'skipped';
             RETURN;
         END IF;
+        v_op.worker := _execute_operation.worker;
         IF cardinality(v_rejected) > 0 THEN
-            v_op.worker := _execute_operation.worker;
+            v_rejected := ARRAY(SELECT x FROM unnest(v_rejected) AS x ORDER BY x COLLATE "C");
             PERFORM prme._reject_operation(v_op, jsonb_build_object(
                 'reason', 'dependency_rejected',
                 'dependency', v_rejected[1],
@@ -523,18 +629,77 @@ BEGIN
             outcome := 'rejected';
             RETURN;
         END IF;
+        IF cardinality(v_missing) > 0 AND now() >= v_op.created_at + prme._dependency_wait() THEN
+            v_missing := ARRAY(SELECT x FROM unnest(v_missing) AS x ORDER BY x COLLATE "C");
+            PERFORM prme._reject_operation(v_op, jsonb_build_object(
+                'reason', 'dependency_missing',
+                'dependency', v_missing[1],
+                'message', format(
+                    'dependency %s was not submitted within %s seconds', v_missing[1],
+                    extract(EPOCH FROM prme._dependency_wait())::bigint
+                )
+            ));
+            outcome := 'rejected';
+            RETURN;
+        END IF;
+        IF v_op.state = 'blocked' AND cardinality(v_open) > 0 AND cardinality(v_missing) = 0 THEN
+            -- Its wait is over and everything it waits for exists: does it wait for itself?
+            PERFORM FROM (
+                WITH RECURSIVE reach (id) AS (
+                    SELECT x FROM unnest(v_op.dependencies) AS x
+                    UNION
+                    SELECT d
+                    FROM reach AS r
+                    JOIN prme.operations AS o ON o.user_id = v_op.user_id AND o.operation_id = r.id
+                    CROSS JOIN LATERAL unnest(o.dependencies) AS d
+                    WHERE o.state = 'blocked' OR o.state = 'accepted'
+                )
+                SELECT FROM reach WHERE reach.id = v_op.operation_id
+            ) AS c;
+            IF FOUND THEN
+                PERFORM prme._reject_operation(v_op, jsonb_build_object(
+                    'reason', 'dependency_cycle',
+                    'message', 'the operation depends on itself through its dependencies'
+                ));
+                outcome := 'rejected';
+                RETURN;
+            END IF;
+        END IF;
         IF cardinality(v_open) > 0 THEN
-            UPDATE prme.operations AS o SET
-                state = 'blocked',
-                blocked_by = v_open,
-                last_event_seq = o.last_event_seq + 1,
-                updated_at = now()
-            WHERE o.user_id = v_op.user_id AND o.operation_id = v_op.operation_id
-            RETURNING o.* INTO v_op;
-            PERFORM prme._append_operation_event(v_op, jsonb_build_object('blocked_by', v_open));
+            v_open := ARRAY(SELECT x FROM unnest(v_open) AS x ORDER BY x COLLATE "C");
+            IF v_op.state = 'accepted' THEN
+                UPDATE prme.operations AS o SET
+                    state = 'blocked',
+                    blocked_by = v_open,
+                    next_attempt_at = greatest(o.created_at + prme._dependency_wait(), now()),
+                    last_event_seq = o.last_event_seq + 1,
+                    updated_at = now()
+                WHERE o.user_id = v_op.user_id AND o.operation_id = v_op.operation_id
+                RETURNING o.* INTO v_op;
+                PERFORM prme._append_operation_event(v_op, jsonb_build_object('blocked_by', v_open));
+            ELSE
+                -- Looked at again at the end of its wait: it waits one more period.
+                UPDATE prme.operations AS o SET
+                    blocked_by = v_open,
+                    next_attempt_at = greatest(o.created_at + prme._dependency_wait(), now() + prme._dependency_wait())
+                WHERE o.user_id = v_op.user_id AND o.operation_id = v_op.operation_id;
+            END IF;
             outcome := 'blocked';
             RETURN;
         END IF;
+    END IF;
+
+    IF v_op.state = 'blocked' THEN
+        -- Looked at again, and everything it waited for has committed: release it here.
+        UPDATE prme.operations AS o SET
+            state = 'accepted',
+            blocked_by = '{}',
+            next_attempt_at = now(),
+            last_event_seq = o.last_event_seq + 1,
+            updated_at = now()
+        WHERE o.user_id = v_op.user_id AND o.operation_id = v_op.operation_id
+        RETURNING o.* INTO v_op;
+        PERFORM prme._append_operation_event(v_op, jsonb_build_object('released_by', NULL));
     END IF;
 
     IF v_op.state = 'accepted' THEN
@@ -586,14 +751,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme._execute_operation(text, uuid, text, integer) IS
+COMMENT ON FUNCTION prme._execute_operation(text, text, text, integer) IS
 'Internal: one step of one claimed operation: on the first look check its payload_hash (reject a mismatch), '
-'check its dependencies (block, reject or go on), apply it, and record the outcome (committed, blocked, '
-'rejected, progress or skipped).';
+'check its dependencies (block, reject or go on; a blocked one at the end of its dependency wait), apply it, '
+'and record the outcome (committed, blocked, rejected, progress or skipped).';
 
 CREATE FUNCTION prme._operation_failed(
     user_id text,
-    operation_id uuid,
+    operation_id text,
     worker text,
     sqlstate text,
     message text,
@@ -676,7 +841,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme._operation_failed(text, uuid, text, text, text, text) IS
+COMMENT ON FUNCTION prme._operation_failed(text, text, text, text, text, text) IS
 'Internal: records a failed try of an operation: rejected for invalid input, not found or conflict; back to '
 'accepted with backoff for a transient error (rejected as attempts_exhausted on attempt 5); untouched for '
 'lock contention. Returns the outcome.';
@@ -688,7 +853,7 @@ CREATE FUNCTION prme.run_operations(
 )
 RETURNS TABLE (
     user_id text,
-    operation_id uuid,
+    operation_id text,
     kind text,
     state text,
     outcome text,
@@ -701,7 +866,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_users text[];
-    v_ids uuid[];
+    v_ids text[];
     v_claimed record;
     v_parts_left integer;
     v_step record;
@@ -727,7 +892,7 @@ BEGIN
     FOR v_claimed IN
         SELECT q.user_id, q.operation_id
         FROM prme.operations AS q
-        WHERE q.state IN ('accepted', 'processing') AND q.next_attempt_at <= now()
+        WHERE q.state IN ('accepted', 'processing', 'blocked') AND q.next_attempt_at <= now()
         ORDER BY q.next_attempt_at
         LIMIT run_operations.max_count
         FOR UPDATE SKIP LOCKED
@@ -763,8 +928,9 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme.run_operations(integer, text, integer) IS
-'The executor: claims up to max_count claimable operations of any owner (FOR UPDATE SKIP LOCKED), applies '
-'each through the API functions in this transaction (exactly once), and returns one row per claimed operation '
+'The executor: claims up to max_count claimable operations of any owner (FOR UPDATE SKIP LOCKED; blocked ones '
+'at the end of their dependency wait), applies each through the API functions in this transaction (exactly '
+'once), and returns one row per claimed operation '
 'with its state and the outcome of this call: committed, rejected, blocked, retry, progress (a long memory with '
 'parts left; at most max_parts parts are validated per call) or skipped. worker names the caller in receipts.';
 

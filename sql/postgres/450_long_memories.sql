@@ -1,7 +1,7 @@
 -- =============================================================================
 -- prme-pg: long memories (add_node operations planned into parts)
 --
--- An add_node whose content has more tokens than its token_budget (payload
+-- An add_node or add_memory whose content has more tokens than its token_budget (payload
 -- field, default 512) is executed in parts, across as many executor calls as it
 -- takes, and still becomes one memory:
 --   1. plan: the content is cut into parts of at most token_budget tokens with
@@ -25,7 +25,7 @@
 
 CREATE TABLE prme.operation_parts (
     user_id text NOT NULL,
-    operation_id uuid NOT NULL,
+    operation_id text COLLATE "C" NOT NULL,
     part_no integer NOT NULL CHECK (part_no > 0),
     tokenizer text NOT NULL CHECK (tokenizer ~ '^[a-z][a-z0-9_:.-]{0,62}$'),
     token_start integer NOT NULL CHECK (token_start >= 0),
@@ -179,10 +179,10 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme._long_memory_step(prme.operations, text, integer, integer) IS
-'Internal: one executor step of a long add_node: plans it into parts (once), validates up to parts_budget '
+'Internal: one executor step of a long add_node or add_memory: plans it into parts (once), validates up to parts_budget '
 'parts, and once all are validated returns the content assembled from them (complete = true).';
 
-CREATE FUNCTION prme.operation_parts(user_id text, operation_id uuid)
+CREATE FUNCTION prme.operation_parts(user_id text, operation_id text)
 RETURNS TABLE (
     part_no integer,
     tokenizer text,
@@ -203,9 +203,10 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_user_id text := prme._valid_user_id(operation_parts.user_id);
+    v_id text := prme._operation_id(operation_parts.operation_id);
 BEGIN
     PERFORM FROM prme.operations AS o
-    WHERE o.user_id = v_user_id AND o.operation_id = operation_parts.operation_id;
+    WHERE o.user_id = v_user_id AND o.operation_id = v_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'operation not found';
     END IF;
@@ -213,14 +214,26 @@ BEGIN
     SELECT p.part_no, p.tokenizer, p.token_start, p.token_end, p.char_start, p.char_end, p.sha256, p.state,
         p.planned_at, p.validated_at
     FROM prme.operation_parts AS p
-    WHERE p.user_id = v_user_id AND p.operation_id = operation_parts.operation_id
+    WHERE p.user_id = v_user_id AND p.operation_id = v_id
     ORDER BY p.part_no;
 END;
 $$;
 
-COMMENT ON FUNCTION prme.operation_parts(text, uuid) IS
-'The stored plan of a long add_node operation of user_id: its parts in order, with token and character ranges, '
+COMMENT ON FUNCTION prme.operation_parts(text, text) IS
+'The stored plan of a long add_node or add_memory operation of user_id: its parts in order, with token and character ranges, '
 'hash and state. No rows for an operation that was not planned; PR404 for an unknown operation.';
 
-GRANT EXECUTE ON FUNCTION prme.operation_parts(text, uuid) TO prme_app;
+GRANT EXECUTE ON FUNCTION prme.operation_parts(text, text) TO prme_app;
 ALTER TABLE prme.operation_parts ENABLE ROW LEVEL SECURITY;
+
+-- Readers: prme_reader the rows of the owners bound to it, prme_auditor every row
+-- (015_reader_bindings.sql).
+GRANT SELECT ON prme.operation_parts TO prme_reader, prme_auditor;
+CREATE POLICY operation_parts_reader_owner ON prme.operation_parts FOR SELECT TO prme_reader
+USING (
+    user_id = any(array(
+        SELECT b.user_id FROM prme.reader_bindings AS b
+        WHERE pg_has_role(b.reader, 'USAGE')
+    ))
+);
+CREATE POLICY operation_parts_auditor_all ON prme.operation_parts FOR SELECT TO prme_auditor USING (TRUE);

@@ -181,7 +181,7 @@ COMMENT ON TYPE prme.node_view IS
 
 CREATE TYPE prme.operation_event AS (
     seq bigint,
-    operation_id uuid,
+    operation_id text,
     operation_seq integer,
     state text,
     detail jsonb,
@@ -191,21 +191,22 @@ COMMENT ON TYPE prme.operation_event IS
 'One event of an operation as prme.operation_events returns it.';
 
 CREATE TYPE prme.operation_receipt AS (
-    operation_id uuid,
+    operation_id text,
     kind text,
     payload_hash text,
-    dependencies uuid[],
+    dependencies text[],
     state text,
-    blocked_by uuid[],
+    blocked_by text[],
     result jsonb,
     error jsonb,
     attempts integer,
     created_at timestamp with time zone,
     updated_at timestamp with time zone,
-    created boolean
+    created boolean,
+    progress_seq integer
 );
 COMMENT ON TYPE prme.operation_receipt IS
-'The receipt of an operation: its identity, state, what blocks it, its result or error, attempts, and created (true only for the call that accepted it).';
+'The receipt of an operation: its identity, state, what blocks it, its result or error, attempts, created (true only for the call that accepted it) and progress_seq (operation_seq of its newest event).';
 
 CREATE TYPE prme.outcome_view AS (
     id uuid,
@@ -357,17 +358,17 @@ COMMENT ON FUNCTION prme.current_snapshot(text,text) IS
 REVOKE ALL ON FUNCTION prme.current_snapshot(text,text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.current_snapshot(text,text) TO prme_app;
 
-CREATE FUNCTION prme.derived_id(operation_id uuid)
+CREATE FUNCTION prme.derived_id(operation_id text)
 RETURNS uuid
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON ANY;
 $$;
-COMMENT ON FUNCTION prme.derived_id(uuid) IS
-'The id of the memory (add_node) or event (add_event) that an operation creates: uuid5(uuid5(NAMESPACE_URL, ''urn:prme-pg:operations''), lowercase operation_id), so callers know it in advance.';
-REVOKE ALL ON FUNCTION prme.derived_id(uuid) FROM public;
-GRANT EXECUTE ON FUNCTION prme.derived_id(uuid) TO prme_app;
+COMMENT ON FUNCTION prme.derived_id(text) IS
+'The id of the memory (add_node, add_memory) or event (add_event) that an operation creates: uuid5(uuid5(NAMESPACE_URL, ''urn:prme-pg:operations''), operation_id as stored: a UUID in lowercase), so callers know it in advance.';
+REVOKE ALL ON FUNCTION prme.derived_id(text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.derived_id(text) TO prme_app;
 
 CREATE FUNCTION prme.effective_nodes(user_id text, as_of timestamp with time zone DEFAULT now(), after_node_id uuid DEFAULT NULL::uuid, max_count integer DEFAULT 100)
 RETURNS TABLE(id uuid, namespace text, scope text, kind text, lifecycle_state text, decay_profile text, salience_base numeric, reinforcement_boost numeric, confidence_base numeric, decay_from timestamp with time zone, age_days double precision, effective_salience double precision, effective_confidence double precision)
@@ -429,17 +430,17 @@ COMMENT ON FUNCTION prme.get_patch(text,uuid) IS
 REVOKE ALL ON FUNCTION prme.get_patch(text,uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.get_patch(text,uuid) TO prme_app;
 
-CREATE FUNCTION prme.get_receipt(user_id text, operation_id uuid)
+CREATE FUNCTION prme.get_receipt(user_id text, operation_id text)
 RETURNS prme.operation_receipt
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
-COMMENT ON FUNCTION prme.get_receipt(text,uuid) IS
-'The receipt of an operation of user_id as it stands now. PR404 when the id is unknown to this owner.';
-REVOKE ALL ON FUNCTION prme.get_receipt(text,uuid) FROM public;
-GRANT EXECUTE ON FUNCTION prme.get_receipt(text,uuid) TO prme_app;
+COMMENT ON FUNCTION prme.get_receipt(text,text) IS
+'The receipt of an operation of user_id as it stands now. PR404 when the id is unknown to this owner, PR422 when it is no operation id.';
+REVOKE ALL ON FUNCTION prme.get_receipt(text,text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.get_receipt(text,text) TO prme_app;
 
 CREATE FUNCTION prme.get_snapshot(user_id text, scope text, generation_id text)
 RETURNS prme.snapshot_view
@@ -633,29 +634,29 @@ COMMENT ON FUNCTION prme.node_outcomes(text,uuid,integer) IS
 REVOKE ALL ON FUNCTION prme.node_outcomes(text,uuid,integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.node_outcomes(text,uuid,integer) TO prme_app;
 
-CREATE FUNCTION prme.operation_events(user_id text, after_seq bigint DEFAULT 0, operation_id uuid DEFAULT NULL::uuid, max_count integer DEFAULT 100)
+CREATE FUNCTION prme.operation_events(user_id text, after_seq bigint DEFAULT 0, operation_id text DEFAULT NULL::text, max_count integer DEFAULT 100)
 RETURNS SETOF prme.operation_event
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
-COMMENT ON FUNCTION prme.operation_events(text,bigint,uuid,integer) IS
-'Events of user_id''s operations (or of one operation) with seq > after_seq, in seq order, at most max_count. Pass the last seq seen to resume: no event is skipped or repeated, even one whose transaction commits late, because only events of transactions older than every running one are shown, and across a move to another server (prme-pg shard move). PR404 for an unknown operation_id.';
-REVOKE ALL ON FUNCTION prme.operation_events(text,bigint,uuid,integer) FROM public;
-GRANT EXECUTE ON FUNCTION prme.operation_events(text,bigint,uuid,integer) TO prme_app;
+COMMENT ON FUNCTION prme.operation_events(text,bigint,text,integer) IS
+'Events of user_id''s operations (or of one operation) with seq > after_seq, in seq order, at most max_count. Pass the last seq seen to resume: no event is skipped or repeated, even one whose transaction commits late, because only events of transactions older than every running one are shown, and across a move to another server (prme-pg shard move). PR404 for an unknown operation_id, PR422 for one that is no operation id.';
+REVOKE ALL ON FUNCTION prme.operation_events(text,bigint,text,integer) FROM public;
+GRANT EXECUTE ON FUNCTION prme.operation_events(text,bigint,text,integer) TO prme_app;
 
-CREATE FUNCTION prme.operation_parts(user_id text, operation_id uuid)
+CREATE FUNCTION prme.operation_parts(user_id text, operation_id text)
 RETURNS TABLE(part_no integer, tokenizer text, token_start integer, token_end integer, char_start integer, char_end integer, sha256 text, state text, planned_at timestamp with time zone, validated_at timestamp with time zone)
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
-COMMENT ON FUNCTION prme.operation_parts(text,uuid) IS
-'The stored plan of a long add_node operation of user_id: its parts in order, with token and character ranges, hash and state. No rows for an operation that was not planned; PR404 for an unknown operation.';
-REVOKE ALL ON FUNCTION prme.operation_parts(text,uuid) FROM public;
-GRANT EXECUTE ON FUNCTION prme.operation_parts(text,uuid) TO prme_app;
+COMMENT ON FUNCTION prme.operation_parts(text,text) IS
+'The stored plan of a long add_node or add_memory operation of user_id: its parts in order, with token and character ranges, hash and state. No rows for an operation that was not planned; PR404 for an unknown operation.';
+REVOKE ALL ON FUNCTION prme.operation_parts(text,text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.operation_parts(text,text) TO prme_app;
 
 CREATE FUNCTION prme.outcome_summary(user_id text, node_id uuid)
 RETURNS TABLE(explicit_reinforcements bigint, implicit_successes bigint, neutral_exposures bigint, explicit_corrections bigint, outcomes bigint, score numeric, suggested_stability text, last_outcome_at timestamp with time zone)
@@ -814,14 +815,14 @@ REVOKE ALL ON FUNCTION prme.revoke_api_token(text,text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.revoke_api_token(text,text) TO prme_app;
 
 CREATE FUNCTION prme.run_operations(max_count integer DEFAULT 10, worker text DEFAULT 'sql'::text, max_parts integer DEFAULT 64)
-RETURNS TABLE(user_id text, operation_id uuid, kind text, state text, outcome text, attempts integer)
+RETURNS TABLE(user_id text, operation_id text, kind text, state text, outcome text, attempts integer)
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON ALL;
 $$;
 COMMENT ON FUNCTION prme.run_operations(integer,text,integer) IS
-'The executor: claims up to max_count claimable operations of any owner (FOR UPDATE SKIP LOCKED), applies each through the API functions in this transaction (exactly once), and returns one row per claimed operation with its state and the outcome of this call: committed, rejected, blocked, retry, progress (a long memory with parts left; at most max_parts parts are validated per call) or skipped. worker names the caller in receipts.';
+'The executor: claims up to max_count claimable operations of any owner (FOR UPDATE SKIP LOCKED; blocked ones at the end of their dependency wait), applies each through the API functions in this transaction (exactly once), and returns one row per claimed operation with its state and the outcome of this call: committed, rejected, blocked, retry, progress (a long memory with parts left; at most max_parts parts are validated per call) or skipped. worker names the caller in receipts.';
 REVOKE ALL ON FUNCTION prme.run_operations(integer,text,integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.run_operations(integer,text,integer) TO prme_app;
 
@@ -837,17 +838,17 @@ COMMENT ON FUNCTION prme.set_maintenance_setting(text,text,interval,numeric) IS
 REVOKE ALL ON FUNCTION prme.set_maintenance_setting(text,text,interval,numeric) FROM public;
 GRANT EXECUTE ON FUNCTION prme.set_maintenance_setting(text,text,interval,numeric) TO prme_app;
 
-CREATE FUNCTION prme.submit_operation(user_id text, operation_id uuid, schema_version integer, kind text, dependencies uuid[], payload_hash text, payload jsonb)
+CREATE FUNCTION prme.submit_operation(user_id text, operation_id text, schema_version integer, kind text, dependencies text[], payload_hash text, payload jsonb)
 RETURNS prme.operation_receipt
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
-COMMENT ON FUNCTION prme.submit_operation(text,uuid,integer,text,uuid[],text,jsonb) IS
-'Durably accepts an operation of user_id for the executor. A new operation_id returns the receipt with created = true; the same id with the same kind, dependencies, payload_hash and payload (equal as JSON values) returns the stored receipt (created = false); the same id with anything else raises PR409. schema_version must be 2; kind is add_node, add_event, reinforce, archive_node, record_outcome or link_correction; payload a JSON object within prme.ledger_limits(); payload_hash 64 lowercase hex digits (PR422 otherwise); dependencies must already be submitted by the same owner (PR404 otherwise, also for the operation itself). The hash is checked by the executor before the operation is applied: a mismatch is rejected with reason payload_hash_mismatch.';
-REVOKE ALL ON FUNCTION prme.submit_operation(text,uuid,integer,text,uuid[],text,jsonb) FROM public;
-GRANT EXECUTE ON FUNCTION prme.submit_operation(text,uuid,integer,text,uuid[],text,jsonb) TO prme_app;
+COMMENT ON FUNCTION prme.submit_operation(text,text,integer,text,text[],text,jsonb) IS
+'Durably accepts an operation of user_id for the executor. A new operation_id returns the receipt with created = true; the same id with the same kind, dependencies, payload_hash and payload (equal as JSON values) returns the stored receipt (created = false); the same id with anything else raises PR409. operation_id is 1 to 128 characters of A-Z a-z 0-9 . _ : - (a UUID is stored in lowercase); schema_version must be 2; kind one of prme._operation_kinds(); payload a JSON object within prme.ledger_limits() (an add_memory payload''s user_id, when given, the owner); payload_hash 64 lowercase hex digits (PR422 otherwise). Dependencies are kept in the order given; one not submitted yet is waited for (rejected as dependency_missing after the dependency wait); PR404 for the operation itself. The hash is checked by the executor before the operation is applied: a mismatch is rejected with reason payload_hash_mismatch.';
+REVOKE ALL ON FUNCTION prme.submit_operation(text,text,integer,text,text[],text,jsonb) FROM public;
+GRANT EXECUTE ON FUNCTION prme.submit_operation(text,text,integer,text,text[],text,jsonb) TO prme_app;
 
 CREATE FUNCTION prme.verify_journal(user_id text)
 RETURNS TABLE(node_id uuid, node_version bigint, problem text, detail text)

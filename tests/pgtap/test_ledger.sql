@@ -18,8 +18,8 @@
 BEGIN;
 SELECT plan(88);
 
-CREATE FUNCTION pg_temp.op(n integer) RETURNS uuid LANGUAGE sql IMMUTABLE AS $$
-    SELECT ('0e000000-0000-4000-8000-' || lpad(n::text, 12, '0'))::uuid
+CREATE FUNCTION pg_temp.op(n integer) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT '0e000000-0000-4000-8000-' || lpad(n::text, 12, '0')
 $$;
 
 -- Submits with the hash computed by the database's own canonical form.
@@ -66,20 +66,20 @@ SELECT col_is_pk(
     'prme', 'operation_parts', ARRAY['user_id', 'operation_id', 'part_no'], 'operation_parts: key leads with user_id'
 );
 SELECT function_privs_are(
-    'prme', 'submit_operation', ARRAY['text', 'uuid', 'integer', 'text', 'uuid[]', 'text', 'jsonb'],
+    'prme', 'submit_operation', ARRAY['text', 'text', 'integer', 'text', 'text[]', 'text', 'jsonb'],
     'prme_app', ARRAY['EXECUTE'], 'prme_app may submit operations'
 );
-SELECT function_privs_are('prme', 'get_receipt', ARRAY['text', 'uuid'], 'prme_app', ARRAY['EXECUTE'],
+SELECT function_privs_are('prme', 'get_receipt', ARRAY['text', 'text'], 'prme_app', ARRAY['EXECUTE'],
     'prme_app may read receipts');
-SELECT function_privs_are('prme', 'operation_events', ARRAY['text', 'bigint', 'uuid', 'integer'], 'prme_app',
+SELECT function_privs_are('prme', 'operation_events', ARRAY['text', 'bigint', 'text', 'integer'], 'prme_app',
     ARRAY['EXECUTE'], 'prme_app may read events');
 SELECT function_privs_are('prme', 'run_operations', ARRAY['integer', 'text', 'integer'], 'prme_app',
     ARRAY['EXECUTE'], 'prme_app may run the executor');
 SELECT function_privs_are('prme', '_jcs', ARRAY['jsonb'], 'prme_app', ARRAY[]::text[],
     'helpers are not granted');
-SELECT function_privs_are('prme', '_execute_operation', ARRAY['text', 'uuid', 'text', 'integer'], 'prme_app',
+SELECT function_privs_are('prme', '_execute_operation', ARRAY['text', 'text', 'text', 'integer'], 'prme_app',
     ARRAY[]::text[], 'the executor''s internals are not granted');
-SELECT is_definer('prme', 'submit_operation', ARRAY['text', 'uuid', 'integer', 'text', 'uuid[]', 'text', 'jsonb'],
+SELECT is_definer('prme', 'submit_operation', ARRAY['text', 'text', 'integer', 'text', 'text[]', 'text', 'jsonb'],
     'submit_operation is SECURITY DEFINER');
 SELECT is_definer('prme', 'run_operations', ARRAY['integer', 'text', 'integer'], 'run_operations is SECURITY DEFINER');
 
@@ -154,17 +154,19 @@ SELECT throws_ok(
 SELECT throws_ok(
     $$SELECT pg_temp.submit('alice', 2, 'drop_table', '{"content": "x"}')$$, 'PR422', NULL, 'an unknown kind is PR422'
 );
-SELECT throws_ok(
-    $$SELECT pg_temp.submit('alice', 2, 'add_node', '{"content": "x"}', ARRAY[99])$$, 'PR404', NULL,
-    'an unknown dependency is PR404 (an operation unavailable to this owner)'
+SELECT is(
+    (SELECT dependencies FROM pg_temp.submit('alice', 90, 'add_node', '{"content": "x"}', ARRAY[99, 1, 99])),
+    ARRAY[pg_temp.op(99), pg_temp.op(1)],
+    'a dependency not submitted yet is accepted (waited for); dependencies in the order given, each once'
 );
-SELECT throws_ok(
-    $$SELECT pg_temp.submit('carol', 2, 'add_node', '{"content": "x"}', ARRAY[1])$$, 'PR404', NULL,
-    'another owner''s operation as a dependency is PR404'
+SELECT is(
+    (SELECT state FROM pg_temp.submit('carol', 91, 'add_node', '{"content": "x"}', ARRAY[1])), 'accepted',
+    'another owner''s operation as a dependency is one this owner has not submitted: accepted, waited for'
 );
+DELETE FROM prme.operations WHERE operation_id IN (pg_temp.op(90), pg_temp.op(91));
 SELECT throws_ok(
     $$SELECT pg_temp.submit('alice', 2, 'add_node', '{"content": "x"}', ARRAY[2])$$, 'PR404', NULL,
-    'depending on itself is PR404 (it is not an operation submitted before)'
+    'depending on itself is PR404'
 );
 SELECT throws_ok(
     $$SELECT prme.get_receipt('alice', pg_temp.op(2))$$, 'PR404', 'operation not found',
@@ -248,7 +250,7 @@ SELECT is(
     'the receipt carries the result'
 );
 SELECT ok(
-    EXISTS (SELECT FROM prme.journal WHERE user_id = 'alice' AND request_id = pg_temp.op(4) AND op = 'reinforce'),
+    EXISTS (SELECT FROM prme.journal WHERE user_id = 'alice' AND request_id = pg_temp.op(4)::uuid AND op = 'reinforce'),
     'reinforce used the operation id as its request_id (its journal record carries it)'
 );
 SELECT is(pg_temp.state(5), 'rejected', 'an unknown payload field is rejected');
@@ -357,14 +359,14 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT outcome, evidence_id, profile_id, thread_id, notes, request_id, recorded_by FROM prme.outcomes
       WHERE user_id = 'alice' AND recorded_by = 'record_outcome'$$,
-    $$VALUES ('implicit_success', prme.derived_id(pg_temp.op(3)), 'p-1', 't-1', 'used it', pg_temp.op(20),
+    $$VALUES ('implicit_success', prme.derived_id(pg_temp.op(3)), 'p-1', 't-1', 'used it', pg_temp.op(20)::uuid,
         'record_outcome')$$,
     'record_outcome appended one outcome with every payload field, keyed by the operation id'
 );
 SELECT is(
     (prme.get_receipt('alice', pg_temp.op(20))).result,
     jsonb_build_object(
-        'outcome_id', (SELECT id FROM prme.outcomes WHERE request_id = pg_temp.op(20)),
+        'outcome_id', (SELECT id FROM prme.outcomes WHERE request_id = pg_temp.op(20)::uuid),
         'node_id', prme.derived_id(pg_temp.op(1)), 'node_version', 2, 'replayed', FALSE),
     'the receipt of record_outcome names the outcome'
 );

@@ -305,7 +305,7 @@ def test_prme_reader_cannot_mint_a_token_for_another_owner(
             conn.execute("SELECT prme.create_api_token('alice', %s, 'reader was here')", [forged])
 
 
-# What prme_reader may read (135 and 500_reader_access): every owner's table but the
+# What prme_reader may read (each table's grants in sql/postgres): every owner's table but the
 # idempotency keys and the API tokens; and its own bindings.
 READER_TABLES = {
     "nodes", "events", "journal", "outcomes", "correction_inbox", "maintenance_settings",
