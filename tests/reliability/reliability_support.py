@@ -175,9 +175,12 @@ def objects_of(conn: psycopg.Connection[Any], owner: str) -> dict[str, list[Any]
 
 
 def fresh_reference(name: str) -> Any:
-    """A value that names nothing: a new uuid, or 64 new hex digits for text keys."""
+    """A value that names nothing: a new uuid, 64 new hex digits for text keys, or a new
+    uuid's text for operation ids (text since 0017_reference_protocol)."""
     if name in ("token_sha256", "generation_id"):
         return hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    if name in ("operation_id", "dependencies"):
+        return str(uuid.uuid4())
     return uuid.uuid4()
 
 
