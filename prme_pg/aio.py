@@ -100,6 +100,7 @@ from .models import (
     RecallHit,
     Receipt,
     ReplayResult,
+    ReviewSchedule,
     Snapshot,
 )
 from .outbox import Outbox, OutboxRecord
@@ -209,10 +210,12 @@ class AsyncMemoryClient:
         salience_base: Fraction = Decimal("0.5"),
         stability: str = "low",
         decay_profile: str = "medium",
-        next_review_at: datetime | None = None,
+        next_review_at: datetime | ReviewSchedule | None = ReviewSchedule.BY_CADENCE,
         node_id: UUID | str | None = None,
     ) -> Node:
-        """Create a memory (journaled as a create record). ``node_id`` may be given (PR409 if taken)."""
+        """Create a memory (journaled as a create record). Its first review is one cadence of its
+        stability away unless ``next_review_at`` gives a time, or ``None`` (no review schedule).
+        ``node_id`` may be given (PR409 if taken)."""
         return await self._backend.execute(
             add_node_request(
                 content,

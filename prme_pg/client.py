@@ -103,6 +103,7 @@ from .models import (
     RecallHit,
     Receipt,
     ReplayResult,
+    ReviewSchedule,
     Snapshot,
 )
 from .outbox import Outbox, OutboxRecord
@@ -157,7 +158,7 @@ def add_node_request(
     salience_base: Fraction,
     stability: str,
     decay_profile: str,
-    next_review_at: datetime | None,
+    next_review_at: datetime | ReviewSchedule | None,
     node_id: UUID | str | None,
 ) -> AddNode:
     return AddNode(
@@ -170,7 +171,11 @@ def add_node_request(
         salience_base=parse_fraction("salience_base", salience_base),
         stability=stability,
         decay_profile=decay_profile,
-        next_review_at=parse_time("next_review_at", next_review_at),
+        next_review_at=(
+            next_review_at
+            if isinstance(next_review_at, ReviewSchedule)
+            else parse_time("next_review_at", next_review_at)
+        ),
         node_id=parse_optional_uuid("node_id", node_id),
     )
 
@@ -513,10 +518,12 @@ class MemoryClient:
         salience_base: Fraction = Decimal("0.5"),
         stability: str = "low",
         decay_profile: str = "medium",
-        next_review_at: datetime | None = None,
+        next_review_at: datetime | ReviewSchedule | None = ReviewSchedule.BY_CADENCE,
         node_id: UUID | str | None = None,
     ) -> Node:
-        """Create a memory (journaled as a create record). ``node_id`` may be given (PR409 if taken)."""
+        """Create a memory (journaled as a create record). Its first review is one cadence of its
+        stability away unless ``next_review_at`` gives a time, or ``None`` (no review schedule).
+        ``node_id`` may be given (PR409 if taken)."""
         return self._backend.execute(
             add_node_request(
                 content,

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,18 @@ def test_confirmations_over_a_pack_count_once_per_key_and_owners_are_isolated(pa
         _problem(bob.put(f"/v1/nodes/{node_id}/reinforce"), 404, "PR404")
         _problem(alice.put("/v1/nodes/not-a-uuid/reinforce"), 422, "PR422")
         assert alice.get(f"/v1/nodes/{node_id}").json()["version"] == 2
+
+
+def test_a_new_memory_over_http_is_scheduled_unless_null_is_sent(pack_api: PackApi) -> None:
+    """next_review_at omitted: one review cadence of its stability ahead; null: no schedule;
+    a time: that time."""
+    with pack_api.client(pack_api.alice) as alice:
+        scheduled = alice.post("/v1/nodes", json={"content": "x", "stability": "semi-stable"}).json()
+        created = datetime.fromisoformat(scheduled["created_at"])
+        assert datetime.fromisoformat(scheduled["next_review_at"]) - created == timedelta(days=30)
+        assert alice.post("/v1/nodes", json={"content": "x", "next_review_at": None}).json()["next_review_at"] is None
+        given = alice.post("/v1/nodes", json={"content": "x", "next_review_at": "2031-01-02T03:04:05Z"}).json()
+        assert datetime.fromisoformat(given["next_review_at"]) == datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def test_recall_snapshots_and_prompts_over_a_pack(pack_api: PackApi) -> None:

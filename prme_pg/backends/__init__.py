@@ -43,6 +43,7 @@ from ..models import (
     RecallHit,
     Receipt,
     ReplayResult,
+    ReviewSchedule,
     Snapshot,
 )
 
@@ -116,7 +117,9 @@ class AddNode(Request[Node]):
     salience_base: Decimal
     stability: str
     decay_profile: str
-    next_review_at: datetime | None
+    # A time; ReviewSchedule.BY_CADENCE (one cadence of its stability after creation); or
+    # None, no review schedule (PostgreSQL: 'infinity').
+    next_review_at: datetime | ReviewSchedule | None
     node_id: UUID | None
 
 

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -48,6 +48,7 @@ from ..models import (
     PublishResult,
     RecallHit,
     ReplayResult,
+    ReviewSchedule,
     Snapshot,
 )
 from ..validation import require_utf8, valid_user_id
@@ -305,6 +306,11 @@ NODE_EVIDENCE = (
     "ORDER BY e.occurred_at, e.id LIMIT $max_count"
 )
 NODE_EXISTS = "SELECT 1 FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
+# prme._maintenance_setting: the owner's row for the stability, else the default ('*').
+MAINTENANCE_SETTING = (
+    "SELECT review_cadence, decay_per_cycle FROM prme.maintenance_settings "
+    "WHERE user_id IN ($user_id, '*') AND stability = $stability ORDER BY user_id = '*' LIMIT 1"
+)
 
 
 # -- records: sql/postgres/040 and 060 (_node_state, _journal_record_v2), built in Python --
@@ -744,21 +750,32 @@ class DuckDBBackend:
             raise InvalidInput("stability must be low, semi-stable or stable")
         if request.decay_profile not in _DECAY_PROFILES:
             raise InvalidInput("decay_profile must be permanent, slow, medium, fast or rapid")
+        by_cadence = request.next_review_at is ReviewSchedule.BY_CADENCE
         params.update(
             stability=request.stability,
             decay_profile=request.decay_profile,
-            next_review_at=valid_timestamp("next_review_at", request.next_review_at),
+            next_review_at=(
+                None
+                if isinstance(request.next_review_at, ReviewSchedule)
+                else valid_timestamp("next_review_at", request.next_review_at)
+            ),
         )
 
         def work(con: duckdb.DuckDBPyConnection) -> Node:
             operation_id = self._new_id()
+            now = self._clock()
+            review = params["next_review_at"]
+            if by_cadence:
+                # On a review schedule from the start: one cadence of its stability ahead.
+                review = now + self._setting(con, str(params["user_id"]), request.stability)[0]
             entry = con.execute(
                 CREATE_ENTRY,
                 {
                     **params,
+                    "next_review_at": review,
                     "node_id": request.node_id or self._new_id(),
                     "operation_id": operation_id,
-                    "now": self._clock(),
+                    "now": now,
                 },
             ).fetchone()
             assert entry is not None
@@ -772,6 +789,14 @@ class DuckDBBackend:
             return _node(state)
 
         return self.run(work)
+
+    @staticmethod
+    def _setting(con: duckdb.DuckDBPyConnection, user_id: str, stability: str) -> tuple[timedelta, Decimal]:
+        """prme._maintenance_setting: the owner's review cadence and decay per cycle for a
+        stability, else the default's."""
+        row = con.execute(MAINTENANCE_SETTING, {"user_id": user_id, "stability": stability}).fetchone()
+        assert row is not None  # the defaults are rows of the pack
+        return row[0], row[1]
 
     def add_event(self, request: AddEvent) -> Event:
         params = {

@@ -165,3 +165,25 @@ CREATE TABLE IF NOT EXISTS prme.node_words (
     node_id UUID NOT NULL,
     word VARCHAR NOT NULL
 );
+
+-- Review cadence and decay per overdue cycle for each stability
+-- (sql/postgres/230_maintenance_settings.sql): rows of user_id '*' are the defaults, an
+-- owner's row overrides one stability. Cadences are whole seconds, no months.
+CREATE TABLE IF NOT EXISTS prme.maintenance_settings (
+    user_id VARCHAR NOT NULL,
+    stability VARCHAR NOT NULL CHECK (stability IN ('low', 'semi-stable', 'stable')),
+    review_cadence INTERVAL NOT NULL CHECK (
+        review_cadence >= INTERVAL 1 HOUR AND review_cadence <= INTERVAL 3650 DAYS
+        AND date_part('month', review_cadence) = 0 AND date_part('year', review_cadence) = 0
+        AND date_part('microseconds', review_cadence) % 1000000 = 0
+    ),
+    decay_per_cycle DECIMAL(5, 4) NOT NULL CHECK (decay_per_cycle BETWEEN 0 AND 1),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (user_id, stability)
+);
+
+INSERT OR IGNORE INTO prme.maintenance_settings (user_id, stability, review_cadence, decay_per_cycle) VALUES
+('*', 'low', INTERVAL 7 DAYS, 0.15),
+('*', 'semi-stable', INTERVAL 30 DAYS, 0.15),
+('*', 'stable', INTERVAL 90 DAYS, 0.05);
+
