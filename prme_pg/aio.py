@@ -448,7 +448,7 @@ class AsyncMemoryClient:
         request_id: UUID | str | None = None,
     ) -> Outcome:
         """Append an outcome event (explicit_reinforcement, implicit_success, neutral_exposure or
-        explicit_correction) to a memory (``prme.record_outcome``; PostgreSQL only).
+        explicit_correction) to a memory (``prme.record_outcome``).
 
         With ``request_id``, a retry with the same arguments returns the stored outcome with
         ``replayed=True``; reuse with anything else raises :class:`IdempotencyConflict`.
@@ -458,11 +458,11 @@ class AsyncMemoryClient:
         )
 
     async def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
-        """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
+        """Outcome counts, score and suggested stability of a memory."""
         return await self._backend.execute(GetOutcomeSummary(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     async def node_outcomes(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Outcome]:
-        """The outcome events of a memory, newest first, at most ``max_count`` (1..10000; PostgreSQL only)."""
+        """The outcome events of a memory, newest first, at most ``max_count`` (1..10000)."""
         return await self._backend.execute(
             ListNodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )

@@ -188,12 +188,10 @@ def test_async_client_matches_the_sync_client(db_dsn: str) -> None:
 # -- memory packs refuse clearly ------------------------------------------------------
 
 
-def test_memory_packs_refuse_outcomes_and_maintenance(tmp_path: Path) -> None:
+def test_memory_packs_refuse_maintenance(tmp_path: Path) -> None:
     node_id = uuid.uuid4()
     with MemoryClient(tmp_path / "pack") as memory:
         calls = [
-            lambda: memory.record_outcome(node_id, "implicit_success", user_id="alice"),
-            lambda: memory.outcome_summary(node_id, user_id="alice"),
             lambda: memory.maintenance_report(user_id="alice"),
             lambda: memory.maintenance_patch(user_id="alice"),
             lambda: memory.get_patch(node_id, user_id="alice"),
@@ -206,7 +204,8 @@ def test_memory_packs_refuse_outcomes_and_maintenance(tmp_path: Path) -> None:
 
     async def run() -> None:
         async with AsyncMemoryClient(tmp_path / "pack2") as memory:
-            with pytest.raises(PrmeError, match="RecordOutcome needs PostgreSQL"):
+            # Outcomes are on the pack (tests/test_conformance_outcomes.py): a missing memory is PR404.
+            with pytest.raises(NotFoundError):
                 await memory.record_outcome(node_id, "implicit_success", user_id="alice")
             with pytest.raises(PrmeError, match="MaintenanceReport needs PostgreSQL"):
                 await memory.maintenance_report(user_id="alice")

@@ -2,7 +2,7 @@
 
 Tokens live in the pack (sha256 only, one owner each), minted by `prme-pg token create
 --pack`; the routes answer as they do over PostgreSQL; what a pack does not have (the
-operations ledger, outcomes and maintenance for now) is 501 problem+json, never a 500.
+operations ledger, maintenance for now) is 501 problem+json, never a 500.
 """
 
 from __future__ import annotations
@@ -143,6 +143,23 @@ def test_a_new_memory_over_http_is_scheduled_unless_null_is_sent(pack_api: PackA
         assert alice.post("/v1/nodes", json={"content": "x", "next_review_at": None}).json()["next_review_at"] is None
         given = alice.post("/v1/nodes", json={"content": "x", "next_review_at": "2031-01-02T03:04:05Z"}).json()
         assert datetime.fromisoformat(given["next_review_at"]) == datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def test_outcomes_over_a_pack(pack_api: PackApi) -> None:
+    """record_outcome (201, a replay 200), the summary, and owners isolated, as over PostgreSQL."""
+    with pack_api.client(pack_api.alice) as alice, pack_api.client(pack_api.bob) as bob:
+        node_id = alice.post("/v1/nodes", json={"content": "prefers tabs"}).json()["id"]
+        key = {"Idempotency-Key": str(uuid.uuid4())}
+        first = alice.post(f"/v1/nodes/{node_id}/outcomes", json={"outcome": "implicit_success"}, headers=key)
+        assert first.status_code == 201, first.text
+        again = alice.post(f"/v1/nodes/{node_id}/outcomes", json={"outcome": "implicit_success"}, headers=key)
+        assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+        assert again.json()["id"] == first.json()["id"]
+        _problem(alice.post(f"/v1/nodes/{node_id}/outcomes", json={"outcome": "liked"}), 422, "PR422")
+        _problem(bob.post(f"/v1/nodes/{node_id}/outcomes", json={"outcome": "implicit_success"}), 404, "PR404")
+        summary = alice.get(f"/v1/nodes/{node_id}/outcomes/summary")
+        assert summary.status_code == 200, summary.text
+        assert (summary.json()["implicit_successes"], summary.json()["outcomes"]) == (1, 1)
 
 
 def test_recall_snapshots_and_prompts_over_a_pack(pack_api: PackApi) -> None:

@@ -201,7 +201,7 @@ class ListNodeEvidence(Request[list[Event]]):
 
 @dataclass(frozen=True, slots=True)
 class ListNodeOutcomes(Request[list[Outcome]]):
-    """The outcome events of one node, newest first (PostgreSQL only)."""
+    """The outcome events of one node, newest first."""
 
     user_id: str
     node_id: UUID
@@ -398,7 +398,7 @@ class AssemblePrompt(Request[AssembledPrompt]):
 
 @dataclass(frozen=True, slots=True)
 class RecordOutcome(Request[Outcome]):
-    """Append an outcome event to a memory of user_id (PostgreSQL only)."""
+    """Append an outcome event to a memory of user_id."""
 
     user_id: str
     node_id: UUID
@@ -412,7 +412,7 @@ class RecordOutcome(Request[Outcome]):
 
 @dataclass(frozen=True, slots=True)
 class GetOutcomeSummary(Request[OutcomeSummary]):
-    """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
+    """Outcome counts, score and suggested stability of a memory."""
 
     user_id: str
     node_id: UUID

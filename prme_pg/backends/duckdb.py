@@ -45,6 +45,8 @@ from ..models import (
     JournalRecord,
     Node,
     NodeHead,
+    Outcome,
+    OutcomeSummary,
     PublishResult,
     RecallHit,
     ReplayResult,
@@ -705,11 +707,14 @@ class DuckDBBackend:
                     "FindNodes needs PostgreSQL: a memory pack has no review search yet "
                     "(open the client with a postgresql:// DSN)"
                 )
+            case RecordOutcome():
+                return self.record_outcome(request)
+            case GetOutcomeSummary():
+                return self.outcome_summary(request)
+            case ListNodeOutcomes():
+                return self.node_outcomes(request)
             case (
-                RecordOutcome()
-                | ListNodeOutcomes()
-                | GetOutcomeSummary()
-                | GetMaintenanceReport()
+                GetMaintenanceReport()
                 | CreateMaintenancePatch()
                 | GetPatch()
                 | ApplyPatch()
@@ -723,8 +728,8 @@ class DuckDBBackend:
                 | ResetMaintenanceSettings()
             ):
                 raise NotOnPack(
-                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no outcomes or maintenance "
-                    "(open the client with a postgresql:// DSN)"
+                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no maintenance or "
+                    "correction linking yet (open the client with a postgresql:// DSN)"
                 )
             case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():
                 raise NotOnPack(
@@ -931,6 +936,144 @@ class DuckDBBackend:
             row = rows[0]
             self._write(con, row["node"], row["after"], "archive", operation_id, row["record"], row["checksum"])
             return _node(row["after"])
+
+        return self.run(work)
+
+    # -- outcomes: sql/postgres/210_outcomes.sql, 215_node_outcomes.sql --
+
+    def record_outcome(self, request: RecordOutcome) -> Outcome:
+        user_id = valid_user_id(request.user_id)
+        outcome = _valid_outcome(request.outcome)
+        profile_id = _valid_ref("profile_id", request.profile_id)
+        thread_id = _valid_ref("thread_id", request.thread_id)
+        notes = _valid_notes(request.notes)
+        if request.node_id is None:
+            raise InvalidInput("node_id must not be null")
+
+        def work(con: duckdb.DuckDBPyConnection) -> Outcome:
+            node = self._node_row(con, user_id, request.node_id)
+            if node is None:
+                raise NotFoundError("node not found")
+            # A key bound to this same call is a replay, even of an archived node.
+            if request.request_id is not None:
+                key = con.execute(
+                    REINFORCE_KEY,
+                    {"user_id": user_id, "namespace": node["namespace"], "request_id": request.request_id},
+                ).fetchone()
+                if key is not None:
+                    if key != ("record_outcome", request.node_id, request.evidence_id):
+                        raise IdempotencyConflict(
+                            "request_id was already used for another request "
+                            "(an idempotency key is bound to one operation, node and evidence)"
+                        )
+                    stored = _fetch_dicts(
+                        con.execute(
+                            OUTCOME_BY_KEY,
+                            {"user_id": user_id, "node_id": request.node_id, "request_id": request.request_id},
+                        )
+                    )[0]
+                    if (stored["outcome"], stored["profile_id"], stored["thread_id"], stored["notes"]) != (
+                        outcome,
+                        profile_id,
+                        thread_id,
+                        notes,
+                    ):
+                        raise IdempotencyConflict(
+                            "request_id was already used for another request "
+                            "(this key recorded another outcome, profile_id, thread_id or notes)"
+                        )
+                    return _outcome(stored, replayed=True)
+            if node["lifecycle_state"] == "archived":
+                raise NotFoundError("node not found")
+            if request.evidence_id is not None and (
+                con.execute(
+                    REINFORCE_EVIDENCE,
+                    {"user_id": user_id, "evidence_id": request.evidence_id, "scope": node["scope"]},
+                ).fetchone()
+                is None
+            ):
+                raise NotFoundError("evidence not found")
+            now = self._clock()
+            if request.request_id is not None:
+                con.execute(
+                    INSERT_REQUEST_KEY,
+                    {
+                        "user_id": user_id,
+                        "namespace": node["namespace"],
+                        "request_id": request.request_id,
+                        "operation": "record_outcome",
+                        "node_id": request.node_id,
+                        "evidence_id": request.evidence_id,
+                        "node_version": node["version"],
+                        "created_at": now,
+                    },
+                )
+            row = self._add_outcome(
+                con,
+                user_id=user_id,
+                node_id=request.node_id,
+                outcome=outcome,
+                evidence_id=request.evidence_id,
+                profile_id=profile_id,
+                thread_id=thread_id,
+                notes=notes,
+                request_id=request.request_id,
+                recorded_by="record_outcome",
+                node_version=node["version"],
+                created_at=now,
+            )
+            return _outcome(row, replayed=False)
+
+        return self.run(work)
+
+    def _add_outcome(self, con: duckdb.DuckDBPyConnection, **values: Any) -> dict[str, Any]:
+        """prme._add_outcome: append one outcome row (the caller validated everything)."""
+        row = {"id": self._new_id(), "weight": _OUTCOME_WEIGHTS[values["outcome"]], **values}
+        con.execute(INSERT_OUTCOME, row)
+        return row
+
+    @staticmethod
+    def _node_row(con: duckdb.DuckDBPyConnection, user_id: str, node_id: uuid.UUID) -> dict[str, Any] | None:
+        found = con.execute(REINFORCE_NODE, {"user_id": user_id, "node_id": node_id}).fetchone()
+        return None if found is None else cast(dict[str, Any], found[0])
+
+    def outcome_summary(self, request: GetOutcomeSummary) -> OutcomeSummary:
+        user_id = valid_user_id(request.user_id)
+        if request.node_id is None:
+            raise InvalidInput("node_id must not be null")
+
+        def work(con: duckdb.DuckDBPyConnection) -> OutcomeSummary:
+            row = con.execute(OUTCOME_TOTALS, {"user_id": user_id, "node_id": request.node_id}).fetchone()
+            if row is None:
+                raise NotFoundError("node not found")
+            er, isx, ne, ec, last_row, confirmations, last_reinforced_at = row
+            # Confirmations are their journal records; outcome rows are counted apart.
+            er += confirmations
+            last = [t for t in (last_row, last_reinforced_at if confirmations > 0 else None) if t is not None]
+            return OutcomeSummary(
+                explicit_reinforcements=er,
+                implicit_successes=isx,
+                neutral_exposures=ne,
+                explicit_corrections=ec,
+                outcomes=er + isx + ne + ec,
+                score=_outcome_score(er, isx, ne, ec),
+                suggested_stability=_suggested_stability(er, isx, ne, ec),
+                last_outcome_at=_utc(max(last)) if last else None,
+            )
+
+        return self.run(work)
+
+    def node_outcomes(self, request: ListNodeOutcomes) -> list[Outcome]:
+        user_id = valid_user_id(request.user_id)
+        if request.node_id is None:
+            raise InvalidInput("node_id must not be null")
+        max_count = _valid_max_count(request.max_count)
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[Outcome]:
+            if con.execute(NODE_EXISTS, {"user_id": user_id, "node_id": request.node_id}).fetchone() is None:
+                raise NotFoundError("node not found")
+            params = {"user_id": user_id, "node_id": request.node_id, "max_count": max_count}
+            return [_outcome(row, replayed=False) for row in _fetch_dicts(con.execute(NODE_OUTCOMES, params))]
 
         return self.run(work)
 
@@ -1230,6 +1373,128 @@ class DuckDBBackend:
             return con.execute(PROMPT_GENERATIONS, {"user_id": user_id, "scopes": list(scopes)}).fetchall()
 
         return _lay_out_prompt(user_id, scopes, self.run(work), budget)
+
+
+# -- outcomes: statements and rules (sql/postgres/210_outcomes.sql) -------------------
+
+_OUTCOME_WEIGHTS = {
+    "explicit_reinforcement": Decimal("1.00"),
+    "implicit_success": Decimal("0.20"),
+    "neutral_exposure": Decimal("0.00"),
+    "explicit_correction": Decimal("-1.00"),
+}
+_OUTCOME_COLUMNS = (
+    "id, user_id, node_id, outcome, weight, evidence_id, profile_id, thread_id, notes, request_id, "
+    "recorded_by, node_version, created_at"
+)
+INSERT_OUTCOME = (
+    "INSERT INTO prme.outcomes (user_id, id, node_id, outcome, weight, evidence_id, profile_id, thread_id, "
+    "notes, request_id, recorded_by, node_version, created_at) VALUES ($user_id, $id, $node_id, $outcome, "
+    "$weight, $evidence_id, $profile_id, $thread_id, $notes, $request_id, $recorded_by, $node_version, $created_at)"
+)
+INSERT_REQUEST_KEY = (
+    "INSERT INTO prme.request_keys VALUES ($user_id, $namespace, $request_id, $operation, $node_id, "
+    "$evidence_id, $node_version, $created_at)"
+)
+OUTCOME_BY_KEY = (
+    f"SELECT {_OUTCOME_COLUMNS} FROM prme.outcomes "
+    "WHERE user_id = $user_id AND node_id = $node_id AND request_id = $request_id"
+)
+# prme.outcome_summary's inputs: the totals of the node's outcome rows, and its
+# confirmations (journal records of op reinforce) with its last_reinforced_at.
+OUTCOME_TOTALS = """
+SELECT
+    (SELECT count(*) FILTER (WHERE o.outcome = 'explicit_reinforcement') FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT count(*) FILTER (WHERE o.outcome = 'implicit_success') FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT count(*) FILTER (WHERE o.outcome = 'neutral_exposure') FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT count(*) FILTER (WHERE o.outcome = 'explicit_correction') FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT max(o.created_at) FROM prme.outcomes AS o WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT count(*) FROM prme.journal AS j WHERE j.user_id = n.user_id AND j.node_id = n.id AND j.op = 'reinforce'),
+    n.last_reinforced_at
+FROM prme.nodes AS n WHERE n.user_id = $user_id AND n.id = $node_id
+"""
+# prme.node_outcomes: outcome rows and confirmations (an outcome per journal record of op
+# reinforce, its id the record's operation_id), newest first.
+NODE_OUTCOMES = f"""
+SELECT * FROM (
+    SELECT {_OUTCOME_COLUMNS} FROM prme.outcomes
+    WHERE user_id = $user_id AND node_id = $node_id AND recorded_by <> 'reinforce'
+    UNION ALL
+    SELECT operation_id, user_id, node_id, 'explicit_reinforcement', CAST(1.0 AS DECIMAL(3, 2)), evidence_id,
+        NULL, NULL, NULL, request_id, 'reinforce', node_version, recorded_at
+    FROM prme.journal WHERE user_id = $user_id AND node_id = $node_id AND op = 'reinforce'
+) AS u
+ORDER BY created_at DESC, id DESC
+LIMIT $max_count
+"""
+_REF_CONTROL = re.compile(r"[\x01-\x1f\x7f-\x9f]")
+
+
+def _valid_outcome(outcome: object) -> str:
+    if not isinstance(outcome, str) or outcome not in _OUTCOME_WEIGHTS:
+        shown = _quote_literal(outcome[:80]) if isinstance(outcome, str) else "NULL"
+        raise InvalidInput(
+            "outcome must be explicit_reinforcement, implicit_success, neutral_exposure or explicit_correction "
+            f"(got {shown})"
+        )
+    return outcome
+
+
+def _valid_ref(argument: str, value: str | None) -> str | None:
+    """prme._valid_ref: 1 to 256 characters, no control characters or surrounding spaces."""
+    if value is not None and (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= 256
+        or _REF_CONTROL.search(value)
+        or value != value.strip(" ")
+    ):
+        raise InvalidInput(f"{argument} must be 1 to 256 characters without control characters or surrounding spaces")
+    return None if value is None else _no_nul(argument, value)
+
+
+def _valid_notes(notes: str | None) -> str | None:
+    if notes is None:
+        return None
+    size = len(notes.encode("utf-8", "surrogatepass"))
+    if size > _MAX_TEXT_BYTES:
+        raise InvalidInput(f"notes must be at most 65536 bytes (got {size} bytes)")
+    return _no_nul("notes", notes)
+
+
+def _outcome_score(er: int, isx: int, ne: int, ec: int) -> Decimal:
+    # numeric arithmetic of prme.outcome_summary: er * 1.0 + is * 0.2 + ne * 0 - ec * 1.0 (scale 1).
+    return er * Decimal("1.0") + isx * Decimal("0.2") + ne * Decimal("0") - ec * Decimal("1.0")
+
+
+def _suggested_stability(er: int, isx: int, ne: int, ec: int) -> str:
+    """prme._suggested_stability: low on any correction or a negative score; stable only from
+    two explicit reinforcements; otherwise semi-stable."""
+    if ec > 0 or _outcome_score(er, isx, ne, ec) < 0:
+        return "low"
+    return "stable" if er >= 2 else "semi-stable"
+
+
+def _outcome(row: Mapping[str, Any], *, replayed: bool) -> Outcome:
+    return Outcome(
+        id=row["id"],
+        user_id=row["user_id"],
+        node_id=row["node_id"],
+        outcome=row["outcome"],
+        weight=row["weight"],
+        evidence_id=row["evidence_id"],
+        profile_id=row["profile_id"],
+        thread_id=row["thread_id"],
+        notes=row["notes"],
+        request_id=row["request_id"],
+        recorded_by=row["recorded_by"],
+        node_version=row["node_version"],
+        created_at=cast(datetime, _utc(row["created_at"])),
+        replayed=replayed,
+    )
 
 
 def _valid_max_count(max_count: int) -> int:

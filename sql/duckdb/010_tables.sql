@@ -187,3 +187,31 @@ INSERT OR IGNORE INTO prme.maintenance_settings (user_id, stability, review_cade
 ('*', 'semi-stable', INTERVAL 30 DAYS, 0.15),
 ('*', 'stable', INTERVAL 90 DAYS, 0.05);
 
+-- Outcome events (sql/postgres/210_outcomes.sql): append-only evidence of what happened
+-- when a memory was used. A confirmation writes no row here: its explicit_reinforcement
+-- outcome is its journal record (op reinforce), as on PostgreSQL since migration 0014.
+-- Append-only is kept by the pack's single writer.
+CREATE TABLE IF NOT EXISTS prme.outcomes (
+    user_id VARCHAR NOT NULL,
+    id UUID NOT NULL,
+    node_id UUID NOT NULL,
+    outcome VARCHAR NOT NULL
+    CHECK (outcome IN ('explicit_reinforcement', 'implicit_success', 'neutral_exposure', 'explicit_correction')),
+    weight DECIMAL(3, 2) NOT NULL,
+    evidence_id UUID,
+    profile_id VARCHAR CHECK (length(profile_id) BETWEEN 1 AND 256),
+    thread_id VARCHAR CHECK (length(thread_id) BETWEEN 1 AND 256),
+    notes VARCHAR CHECK (octet_length(encode(notes)) <= 65536),
+    request_id UUID,
+    recorded_by VARCHAR NOT NULL
+    CHECK (recorded_by IN ('record_outcome', 'reinforce', 'link_correction', 'resolve_correction')),
+    node_version BIGINT NOT NULL CHECK (node_version > 0),
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, id),
+    CHECK (weight = CASE outcome
+        WHEN 'explicit_reinforcement' THEN 1.0
+        WHEN 'implicit_success' THEN 0.2
+        WHEN 'neutral_exposure' THEN 0
+        WHEN 'explicit_correction' THEN -1.0
+    END)
+);
