@@ -215,3 +215,22 @@ CREATE TABLE IF NOT EXISTS prme.outcomes (
         WHEN 'explicit_correction' THEN -1.0
     END)
 );
+
+-- Correction messages that matched no candidate memory or several
+-- (sql/postgres/220_correction_linking.sql), kept for the owner to link or dismiss.
+CREATE TABLE IF NOT EXISTS prme.correction_inbox (
+    user_id VARCHAR NOT NULL,
+    id UUID NOT NULL,
+    message VARCHAR NOT NULL,
+    thread_id VARCHAR CHECK (length(thread_id) BETWEEN 1 AND 256),
+    candidate_node_ids UUID [] NOT NULL,
+    matched_node_ids UUID [] NOT NULL,
+    reason VARCHAR NOT NULL CHECK (reason IN ('no_match', 'ambiguous')),
+    created_at TIMESTAMPTZ NOT NULL,
+    resolution VARCHAR CHECK (resolution IN ('linked', 'dismissed')),
+    resolved_node_id UUID,
+    outcome_id UUID,
+    resolved_at TIMESTAMPTZ,
+    PRIMARY KEY (user_id, id),
+    CHECK ((reason = 'ambiguous') = (len(matched_node_ids) >= 2))
+);
