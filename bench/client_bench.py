@@ -214,6 +214,8 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
                     "confidence_base": after["confidence_base"],
                     "reinforcement_boost": after["reinforcement_boost"],
                     "last_reinforced_at": now,
+                    "stability": after["stability"],
+                    "next_review_at": after["next_review_at"],
                     "lifecycle_state": after["lifecycle_state"],
                     "updated_at": now,
                     "version": after["version"],

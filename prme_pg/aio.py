@@ -433,7 +433,7 @@ class AsyncMemoryClient:
         (``prme.assemble_prompt``; PostgreSQL only)."""
         return await self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
 
-    # -- outcomes and maintenance (PostgreSQL only) --
+    # -- outcomes and maintenance (patches need PostgreSQL) --
 
     async def record_outcome(
         self,
@@ -471,7 +471,7 @@ class AsyncMemoryClient:
         self, *, user_id: str, as_of: datetime | None = None
     ) -> list[MaintenanceRecommendation]:
         """What maintenance recommends for the memories of ``user_id``; changes nothing
-        (``prme.maintenance_report``; PostgreSQL only)."""
+        (``prme.maintenance_report``)."""
         return await self._backend.execute(GetMaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     async def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
@@ -511,12 +511,12 @@ class AsyncMemoryClient:
         """Link a correction message to the one active candidate memory it overlaps, appending
         an explicit_correction (``status="linked"``); with zero or several matches the message
         goes to the correction inbox instead (``unmatched`` / ``ambiguous``, ``inbox_id``)
-        (``prme.link_correction``; PostgreSQL only)."""
+        (``prme.link_correction``)."""
         return await self._backend.execute(link_correction_request(message, candidate_node_ids, user_id, thread_id))
 
     async def is_correction(self, message: str) -> bool:
         """Does ``message`` use explicit correction phrasing ("don't …", "no, …", "actually …")?
-        Reads nothing (``prme.is_correction``; PostgreSQL only)."""
+        Reads nothing (``prme.is_correction``)."""
         return await self._backend.execute(IsCorrection(message=message))
 
     async def list_correction_inbox(
@@ -538,7 +538,7 @@ class AsyncMemoryClient:
 
     async def mark_reviewed(self, node_id: UUID | str, *, user_id: str, next_review_at: datetime | None = None) -> Node:
         """Record a review: ``next_review_at`` (default: one cadence of its stability from now)
-        and every outcome so far counts as seen (``prme.mark_reviewed``; PostgreSQL only)."""
+        and every outcome so far counts as seen (``prme.mark_reviewed``)."""
         return await self._backend.execute(mark_reviewed_request(node_id, user_id, next_review_at))
 
     async def get_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
@@ -551,7 +551,7 @@ class AsyncMemoryClient:
     ) -> list[MaintenanceSetting]:
         """Override the review cadence (1 hour to 3650 days, whole seconds) and decay per
         overdue cycle ([0, 1]) of one stability for ``user_id``; returns the effective
-        settings (PostgreSQL only)."""
+        settings."""
         return await self._backend.execute(
             set_maintenance_setting_request(stability, user_id, review_cadence, decay_per_cycle)
         )

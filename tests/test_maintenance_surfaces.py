@@ -188,11 +188,10 @@ def test_async_client_matches_the_sync_client(db_dsn: str) -> None:
 # -- memory packs refuse clearly ------------------------------------------------------
 
 
-def test_memory_packs_refuse_maintenance(tmp_path: Path) -> None:
+def test_memory_packs_refuse_patches(tmp_path: Path) -> None:
     node_id = uuid.uuid4()
     with MemoryClient(tmp_path / "pack") as memory:
         calls = [
-            lambda: memory.maintenance_report(user_id="alice"),
             lambda: memory.maintenance_patch(user_id="alice"),
             lambda: memory.get_patch(node_id, user_id="alice"),
             lambda: memory.apply_patch(node_id, ["op_001"], user_id="alice"),
@@ -207,8 +206,9 @@ def test_memory_packs_refuse_maintenance(tmp_path: Path) -> None:
             # Outcomes are on the pack (tests/test_conformance_outcomes.py): a missing memory is PR404.
             with pytest.raises(NotFoundError):
                 await memory.record_outcome(node_id, "implicit_success", user_id="alice")
-            with pytest.raises(PrmeError, match="MaintenanceReport needs PostgreSQL"):
-                await memory.maintenance_report(user_id="alice")
+            assert await memory.maintenance_report(user_id="alice") == []
+            with pytest.raises(PrmeError, match="MaintenancePatch needs PostgreSQL"):
+                await memory.maintenance_patch(user_id="alice")
 
     asyncio.run(run())
 
@@ -541,25 +541,6 @@ def test_async_client_corrections_reviews_and_settings(db_dsn: str) -> None:
             assert await memory.reset_maintenance_settings(user_id="alice") == _defaults()
 
     asyncio.run(run())
-
-
-def test_memory_packs_refuse_reviews_and_settings(tmp_path: Path) -> None:
-    node_id = uuid.uuid4()
-    with MemoryClient(tmp_path / "pack") as memory:
-        # Corrections are on the pack (tests/test_conformance_corrections.py).
-        assert memory.is_correction(CORRECTION) is True
-        calls = {
-            "MarkReviewed": lambda: memory.mark_reviewed(node_id, user_id="alice"),
-            "GetMaintenanceSettings": lambda: memory.get_maintenance_settings(user_id="alice"),
-            "SetMaintenanceSetting": lambda: memory.set_maintenance_setting(
-                "low", user_id="alice", review_cadence=timedelta(days=1), decay_per_cycle=0
-            ),
-            "ResetMaintenanceSettings": lambda: memory.reset_maintenance_settings(user_id="alice"),
-        }
-        for name, call in calls.items():
-            with pytest.raises(PrmeError, match=f"{name} needs PostgreSQL") as raised:
-                call()
-            assert type(raised.value) is NotOnPack
 
 
 def test_http_corrections_and_inbox(api: Api) -> None:

@@ -420,7 +420,7 @@ class GetOutcomeSummary(Request[OutcomeSummary]):
 
 @dataclass(frozen=True, slots=True)
 class GetMaintenanceReport(Request[list[MaintenanceRecommendation]]):
-    """Maintenance recommendations for the memories of user_id; changes nothing (PostgreSQL only)."""
+    """Maintenance recommendations for the memories of user_id; changes nothing."""
 
     user_id: str
     as_of: datetime | None
@@ -455,7 +455,7 @@ class ApplyPatch(Request[list[AppliedOp]]):
 @dataclass(frozen=True, slots=True)
 class LinkCorrection(Request[CorrectionLink]):
     """Link a correction message to the one candidate memory it overlaps, or put it in the
-    correction inbox (PostgreSQL only)."""
+    correction inbox."""
 
     user_id: str
     message: str
@@ -465,14 +465,14 @@ class LinkCorrection(Request[CorrectionLink]):
 
 @dataclass(frozen=True, slots=True)
 class IsCorrection(Request[bool]):
-    """Does a message use explicit correction phrasing? Reads nothing (PostgreSQL only)."""
+    """Does a message use explicit correction phrasing? Reads nothing."""
 
     message: str
 
 
 @dataclass(frozen=True, slots=True)
 class ListCorrectionInbox(Request[list[CorrectionInboxEntry]]):
-    """The correction inbox of user_id, oldest first (PostgreSQL only)."""
+    """The correction inbox of user_id, oldest first."""
 
     user_id: str
     include_resolved: bool
@@ -482,7 +482,7 @@ class ListCorrectionInbox(Request[list[CorrectionInboxEntry]]):
 @dataclass(frozen=True, slots=True)
 class ResolveCorrection(Request[CorrectionInboxEntry]):
     """Link an inbox entry to a memory (appending the correction), or dismiss it with
-    node_id None (PostgreSQL only)."""
+    node_id None."""
 
     user_id: str
     inbox_id: UUID
@@ -491,7 +491,7 @@ class ResolveCorrection(Request[CorrectionInboxEntry]):
 
 @dataclass(frozen=True, slots=True)
 class MarkReviewed(Request[Node]):
-    """Record a review of a memory: a new next_review_at, outcomes so far settled (PostgreSQL only)."""
+    """Record a review of a memory: a new next_review_at, outcomes so far settled."""
 
     user_id: str
     node_id: UUID
@@ -500,14 +500,14 @@ class MarkReviewed(Request[Node]):
 
 @dataclass(frozen=True, slots=True)
 class GetMaintenanceSettings(Request[list[MaintenanceSetting]]):
-    """The effective review cadence and decay of user_id per stability (PostgreSQL only)."""
+    """The effective review cadence and decay of user_id per stability."""
 
     user_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class SetMaintenanceSetting(Request[list[MaintenanceSetting]]):
-    """Override the review cadence and decay of one stability for user_id (PostgreSQL only)."""
+    """Override the review cadence and decay of one stability for user_id."""
 
     user_id: str
     stability: str
@@ -517,7 +517,7 @@ class SetMaintenanceSetting(Request[list[MaintenanceSetting]]):
 
 @dataclass(frozen=True, slots=True)
 class ResetMaintenanceSettings(Request[list[MaintenanceSetting]]):
-    """Remove user_id's overrides: the defaults apply again (PostgreSQL only)."""
+    """Remove user_id's overrides: the defaults apply again."""
 
     user_id: str
 

@@ -47,6 +47,8 @@ from ..models import (
     Event,
     JournalIssue,
     JournalRecord,
+    MaintenanceRecommendation,
+    MaintenanceSetting,
     Node,
     NodeHead,
     Outcome,
@@ -255,7 +257,7 @@ UPDATE_NODE = (
     "UPDATE prme.nodes SET namespace = namespace, scope = scope, kind = kind, content = content, "
     "confidence_base = $confidence_base, salience_base = salience_base, "
     "reinforcement_boost = $reinforcement_boost, last_reinforced_at = $last_reinforced_at, "
-    "stability = stability, next_review_at = next_review_at, lifecycle_state = $lifecycle_state, "
+    "stability = $stability, next_review_at = $next_review_at, lifecycle_state = $lifecycle_state, "
     "decay_profile = decay_profile, created_at = created_at, updated_at = $updated_at, version = $version, "
     "last_checksum = $last_checksum "
     "WHERE user_id = $user_id AND id = $id AND version = $version - 1"
@@ -370,6 +372,30 @@ def node_state_text(node: Mapping[str, Any]) -> str:
 
 def _uuid_text(value: uuid.UUID | None) -> str:
     return "null" if value is None else f'"{value}"'
+
+
+def journal_entry(
+    op: str,
+    policy: str | None,
+    node: Mapping[str, Any],
+    after: Mapping[str, Any],
+    operation_id: uuid.UUID,
+    now: datetime,
+    *,
+    evidence_id: uuid.UUID | None = None,
+    request_id: uuid.UUID | None = None,
+) -> tuple[str, str]:
+    """prme._journal_record_v2 of a change of node into after, and its checksum."""
+    prev = node["last_checksum"]
+    record = (
+        f'{{"after":{node_state_text(after)},"before":{node_state_text(node)}'
+        f',"evidence_id":{_uuid_text(evidence_id)},"node_id":"{node["id"]}","op":{_json_text(op)}'
+        f',"operation_id":"{operation_id}","policy":{"null" if policy is None else _json_text(policy)}'
+        f',"prev_checksum":{"null" if prev is None else f"{chr(34)}{prev}{chr(34)}"}'
+        f',"recorded_at":{_json_time_text(now)},"request_id":{_uuid_text(request_id)}'
+        f',"user_id":{_json_text(node["user_id"])},"version":2}}'
+    )
+    return record, hashlib.sha256(record.encode("utf-8")).hexdigest()
 
 
 def reinforce_entry(
@@ -725,19 +751,20 @@ class DuckDBBackend:
                 return self.list_correction_inbox(request)
             case ResolveCorrection():
                 return self.resolve_correction(request)
-            case (
-                GetMaintenanceReport()
-                | CreateMaintenancePatch()
-                | GetPatch()
-                | ApplyPatch()
-                | MarkReviewed()
-                | GetMaintenanceSettings()
-                | SetMaintenanceSetting()
-                | ResetMaintenanceSettings()
-            ):
+            case GetMaintenanceSettings():
+                return self.maintenance_settings(request)
+            case SetMaintenanceSetting():
+                return self.set_maintenance_setting(request)
+            case ResetMaintenanceSettings():
+                return self.reset_maintenance_settings(request)
+            case MarkReviewed():
+                return self.mark_reviewed(request)
+            case GetMaintenanceReport():
+                return self.maintenance_report(request)
+            case CreateMaintenancePatch() | GetPatch() | ApplyPatch():
                 raise NotOnPack(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no maintenance "
-                    "yet (open the client with a postgresql:// DSN)"
+                    "patches yet (open the client with a postgresql:// DSN)"
                 )
             case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():
                 raise NotOnPack(
@@ -1204,6 +1231,102 @@ class DuckDBBackend:
 
         return self.run(work)
 
+    # -- maintenance: sql/postgres/230 (settings), 240 (reviews), 250 (the report) --
+
+    def maintenance_settings(self, request: GetMaintenanceSettings) -> list[MaintenanceSetting]:
+        user_id = valid_user_id(request.user_id)
+        return self.run(lambda con: _settings(con, user_id))
+
+    def set_maintenance_setting(self, request: SetMaintenanceSetting) -> list[MaintenanceSetting]:
+        user_id = _owner_not_defaults(valid_user_id(request.user_id))
+        decay = valid_fraction("decay_per_cycle", request.decay_per_cycle)
+        if request.stability not in _STABILITIES:
+            raise InvalidInput("stability must be low, semi-stable or stable")
+        cadence = request.review_cadence
+        if (
+            not isinstance(cadence, timedelta)
+            or not timedelta(hours=1) <= cadence <= timedelta(days=3650)
+            or cadence.microseconds != 0
+        ):
+            shown = _interval_text(cadence) if isinstance(cadence, timedelta) else "NULL"
+            raise InvalidInput(
+                "review_cadence must be between 1 hour and 3650 days, in whole days, hours, minutes or seconds "
+                f"(got {shown})"
+            )
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[MaintenanceSetting]:
+            con.execute(
+                UPSERT_SETTING,
+                {
+                    "user_id": user_id,
+                    "stability": request.stability,
+                    "cadence": cadence,
+                    "decay": decay,
+                    "now": self._clock(),
+                },
+            )
+            return _settings(con, user_id)
+
+        return self.run(work)
+
+    def reset_maintenance_settings(self, request: ResetMaintenanceSettings) -> list[MaintenanceSetting]:
+        user_id = _owner_not_defaults(valid_user_id(request.user_id))
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[MaintenanceSetting]:
+            con.execute("DELETE FROM prme.maintenance_settings WHERE user_id = $user_id", {"user_id": user_id})
+            return _settings(con, user_id)
+
+        return self.run(work)
+
+    def mark_reviewed(self, request: MarkReviewed) -> Node:
+        user_id = valid_user_id(request.user_id)
+        given = valid_timestamp("next_review_at", request.next_review_at)
+        if request.node_id is None:
+            raise InvalidInput("node_id must not be null")
+
+        def work(con: duckdb.DuckDBPyConnection) -> Node:
+            now = self._clock()
+            if given is not None and given <= now:
+                raise InvalidInput(f"next_review_at must be in the future (got {_timestamptz_text(given)})")
+            node = self._node_row(con, user_id, request.node_id)
+            if node is None or node["lifecycle_state"] == "archived":
+                raise NotFoundError("node not found")
+            after = dict(node)
+            after["next_review_at"] = given or now + self._setting(con, user_id, node["stability"])[0]
+            after["updated_at"] = now
+            after["version"] = node["version"] + 1
+            operation_id = self._new_id()
+            record, checksum = journal_entry("review", "maintenance_v1", node, after, operation_id, now)
+            self._write(con, node, after, "review", operation_id, record, checksum)
+            # The review covers every outcome and confirmation so far.
+            totals = con.execute(OUTCOME_TOTALS, {"user_id": user_id, "node_id": request.node_id}).fetchone()
+            assert totals is not None
+            er, isx, ne, ec, _, confirmations, _ = totals
+            con.execute(
+                SETTLE_OUTCOMES,
+                {
+                    "user_id": user_id,
+                    "node_id": request.node_id,
+                    "er": er + confirmations,
+                    "isx": isx,
+                    "ne": ne,
+                    "ec": ec,
+                    "now": now,
+                },
+            )
+            return _node(after)
+
+        return self.run(work)
+
+    def maintenance_report(self, request: GetMaintenanceReport) -> list[MaintenanceRecommendation]:
+        user_id = valid_user_id(request.user_id)
+        as_of = valid_timestamp("as_of", request.as_of)
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[MaintenanceRecommendation]:
+            return _report(con, user_id, as_of or self._clock())
+
+        return self.run(work)
+
     def _write(
         self,
         con: duckdb.DuckDBPyConnection,
@@ -1225,6 +1348,8 @@ class DuckDBBackend:
                 "confidence_base": after["confidence_base"],
                 "reinforcement_boost": after["reinforcement_boost"],
                 "last_reinforced_at": after["last_reinforced_at"],
+                "stability": after["stability"],
+                "next_review_at": after["next_review_at"],
                 "lifecycle_state": after["lifecycle_state"],
                 "updated_at": after["updated_at"],
                 "version": after["version"],
@@ -1723,6 +1848,198 @@ def _inbox_entry(row: Mapping[str, Any]) -> CorrectionInboxEntry:
         outcome_id=row["outcome_id"],
         resolved_at=_utc(row["resolved_at"]),
     )
+
+
+# -- maintenance: statements and rules (sql/postgres/230, 240, 250) -------------------
+
+SETTINGS = (
+    "SELECT DISTINCT ON (stability) stability, review_cadence, decay_per_cycle, "
+    "CASE WHEN user_id = '*' THEN 'default' ELSE 'owner' END AS source "
+    "FROM prme.maintenance_settings WHERE user_id IN ($user_id, '*') ORDER BY stability, user_id = '*'"
+)
+UPSERT_SETTING = (
+    "INSERT OR REPLACE INTO prme.maintenance_settings VALUES ($user_id, $stability, $cadence, $decay, $now)"
+)
+# prme._settle_outcomes: counts only grow, so greatest() makes settling idempotent.
+SETTLE_OUTCOMES = """
+INSERT INTO prme.node_maintenance AS k (
+    user_id, node_id, reviewed_explicit_reinforcements, reviewed_implicit_successes, reviewed_neutral_exposures,
+    reviewed_explicit_corrections, reviewed_at, updated_at
+) VALUES ($user_id, $node_id, $er, $isx, $ne, $ec, $now, $now)
+ON CONFLICT (user_id, node_id) DO UPDATE SET
+    reviewed_explicit_reinforcements
+        = greatest(k.reviewed_explicit_reinforcements, excluded.reviewed_explicit_reinforcements),
+    reviewed_implicit_successes = greatest(k.reviewed_implicit_successes, excluded.reviewed_implicit_successes),
+    reviewed_neutral_exposures = greatest(k.reviewed_neutral_exposures, excluded.reviewed_neutral_exposures),
+    reviewed_explicit_corrections = greatest(k.reviewed_explicit_corrections, excluded.reviewed_explicit_corrections),
+    reviewed_at = excluded.reviewed_at,
+    updated_at = excluded.updated_at
+"""
+# The report's inputs, one row per active or contested memory that may need anything:
+# due by as_of, or with enough outcomes since its last review. Outcomes are counted up
+# to as_of, from the outcome rows and the confirmations' journal records (one scan of
+# each), less what the last review settled.
+REPORT_ROWS = """
+WITH rows AS (
+    SELECT node_id,
+        count(*) FILTER (WHERE outcome = 'explicit_reinforcement') AS er,
+        count(*) FILTER (WHERE outcome = 'implicit_success') AS isx,
+        count(*) FILTER (WHERE outcome = 'explicit_correction') AS ec
+    FROM prme.outcomes
+    WHERE user_id = $user_id AND created_at <= $as_of AND recorded_by <> 'reinforce'
+    GROUP BY node_id
+),
+confirmations AS (
+    SELECT node_id, count(*) AS er
+    FROM prme.journal
+    WHERE user_id = $user_id AND op = 'reinforce' AND recorded_at <= $as_of
+    GROUP BY node_id
+),
+counted AS (
+    SELECT n.id, n.lifecycle_state, n.stability, n.confidence_base, n.next_review_at, n.decay_profile,
+        coalesce(n.next_review_at <= $as_of, false) AS due,
+        greatest(coalesce(r.er, 0) + coalesce(c.er, 0) - coalesce(k.reviewed_explicit_reinforcements, 0), 0) AS er,
+        greatest(coalesce(r.isx, 0) - coalesce(k.reviewed_implicit_successes, 0), 0) AS isx,
+        greatest(coalesce(r.ec, 0) - coalesce(k.reviewed_explicit_corrections, 0), 0) AS ec,
+        k.decay_anchor, coalesce(k.decay_cycles, 0) AS decay_cycles
+    FROM prme.nodes AS n
+    LEFT JOIN rows AS r ON r.node_id = n.id
+    LEFT JOIN confirmations AS c ON c.node_id = n.id
+    LEFT JOIN prme.node_maintenance AS k ON k.user_id = n.user_id AND k.node_id = n.id
+    WHERE n.user_id = $user_id AND n.lifecycle_state IN ('active', 'contested')
+)
+SELECT * FROM counted WHERE due OR er >= 2 OR isx >= 5 OR ec >= 1
+"""
+
+_MOVES = {
+    1: ("review_memory",),
+    2: ("review_memory", "decrease_stability"),
+    3: ("review_memory", "mark_contested"),
+    4: ("review_memory", "decrease_stability", "mark_contested"),
+    5: ("increase_stability",),
+    6: ("flag_for_review",),
+}
+
+
+def _maintenance_moves(stability: str, lifecycle_state: str, er: int, isx: int, ec: int) -> int:
+    """prme._maintenance_moves: what outcome counts since the last review call for, as a code."""
+    if lifecycle_state not in ("active", "contested"):
+        return 0
+    if ec >= 1:
+        return (1 if stability == "low" else 2) + (2 if ec >= 2 and lifecycle_state == "active" else 0)
+    if lifecycle_state != "active":
+        return 0
+    if er >= 2:
+        return 0 if stability == "stable" else 5
+    if isx >= 5 and stability == "low":
+        return 6
+    return 0
+
+
+def _suggested_by_moves(moves: int, stability: str) -> str | None:
+    if moves == 5:
+        return "semi-stable" if stability == "low" else "stable"
+    if moves == 6:
+        return "semi-stable"
+    if moves in (2, 4):
+        return "semi-stable" if stability == "stable" else "low"
+    return None
+
+
+def _cycles_due(due_at: datetime, as_of: datetime, cadence: timedelta) -> int:
+    """prme._cycles_due: overdue cycles begun by as_of (exact: whole microseconds)."""
+    return max(0, (as_of - due_at) // cadence + 1)
+
+
+def _report(con: duckdb.DuckDBPyConnection, user_id: str, as_of: datetime) -> list[MaintenanceRecommendation]:
+    settings = {s.stability: s for s in _settings(con, user_id)}
+    result: list[MaintenanceRecommendation] = []
+    rows = con.execute(REPORT_ROWS, {"user_id": user_id, "as_of": as_of})
+    while batch := rows.fetchmany(4096):
+        for (
+            node_id,
+            lifecycle_state,
+            stability,
+            confidence,
+            next_review_at,
+            decay_profile,
+            due,
+            er,
+            isx,
+            ec,
+            decay_anchor,
+            decay_cycles,
+        ) in batch:
+            moves = _maintenance_moves(stability, lifecycle_state, er, isx, ec)
+            if not due and moves == 0:
+                continue
+            setting = settings[stability]
+            cycles_due = _cycles_due(next_review_at, as_of, setting.review_cadence) if due else 0
+            cycles_done = decay_cycles if decay_anchor is not None and decay_anchor == next_review_at else 0
+            ten_thousandths = int(confidence * 10000)
+            per_cycle = (
+                int(setting.decay_per_cycle * 10000) if ten_thousandths > 0 and decay_profile != "permanent" else 0
+            )
+            decays = due and cycles_due > cycles_done and per_cycle > 0
+            recommendations = (
+                _MOVES.get(moves, ("flag_for_review",))
+                if not due
+                else (("decay_confidence",) if decays else ()) + ("review_due",) + _MOVES.get(moves, ())
+            )
+            suggested_confidence: Decimal | None = None
+            if decays:
+                left = ten_thousandths - (cycles_due - cycles_done) * per_cycle
+                suggested_confidence = Decimal(left) * Decimal("0.0001") if left >= 0 else Decimal(0)
+            result.append(
+                MaintenanceRecommendation(
+                    node_id=node_id,
+                    recommendations=recommendations,
+                    lifecycle_state=lifecycle_state,
+                    stability=stability,
+                    suggested_stability=_suggested_by_moves(moves, stability),
+                    confidence_base=confidence,
+                    suggested_confidence=suggested_confidence,
+                    next_review_at=_utc(next_review_at),
+                    overdue_cycles=cycles_due,
+                    decayed_cycles=cycles_done,
+                    explicit_reinforcements=er,
+                    implicit_successes=isx,
+                    explicit_corrections=ec,
+                )
+            )
+    return result
+
+
+def _settings(con: duckdb.DuckDBPyConnection, user_id: str) -> list[MaintenanceSetting]:
+    return [MaintenanceSetting(*row) for row in con.execute(SETTINGS, {"user_id": user_id}).fetchall()]
+
+
+def _owner_not_defaults(user_id: str) -> str:
+    if user_id == "*":
+        raise InvalidInput("user_id '*' names the defaults, which only the database owner changes")
+    return user_id
+
+
+def _timestamptz_text(value: datetime) -> str:
+    """PostgreSQL's text of a timestamptz in UTC (2030-01-02 03:04:05.5+00)."""
+    v = value.astimezone(UTC)
+    text = v.strftime("%Y-%m-%d %H:%M:%S")
+    if v.microsecond:
+        text += f".{v.microsecond:06d}".rstrip("0")
+    return text + "+00"
+
+
+def _interval_text(value: timedelta) -> str:
+    """PostgreSQL's text of an interval of days and time (1 day 02:03:04.5)."""
+    days, rest = value.days, value - timedelta(days=value.days)
+    seconds, micro = divmod(rest.seconds, 1), rest.microseconds
+    hours, remainder = divmod(seconds[0], 3600)
+    minutes, secs = divmod(remainder, 60)
+    time = f"{hours:02d}:{minutes:02d}:{secs:02d}" + (f".{micro:06d}".rstrip("0") if micro else "")
+    if days == 0:
+        return time
+    prefix = f"{days} day" + ("" if days in (1, -1) else "s")
+    return prefix if time == "00:00:00" else f"{prefix} {time}"
 
 
 def _valid_max_count(max_count: int) -> int:

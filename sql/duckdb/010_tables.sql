@@ -234,3 +234,22 @@ CREATE TABLE IF NOT EXISTS prme.correction_inbox (
     PRIMARY KEY (user_id, id),
     CHECK ((reason = 'ambiguous') = (len(matched_node_ids) >= 2))
 );
+
+-- Review and decay bookkeeping per memory (sql/postgres/200_node_maintenance.sql, the
+-- columns a memory's own rows cannot give): the outcome totals its last review settled
+-- and the overdue cycles decayed against which next_review_at. A memory has a row once
+-- it was reviewed or decayed; none reads as zeros. Totals of outcomes are not kept here:
+-- the pack counts outcome rows and confirmations' journal records when it reports.
+CREATE TABLE IF NOT EXISTS prme.node_maintenance (
+    user_id VARCHAR NOT NULL,
+    node_id UUID NOT NULL,
+    reviewed_explicit_reinforcements BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_explicit_reinforcements >= 0),
+    reviewed_implicit_successes BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_implicit_successes >= 0),
+    reviewed_neutral_exposures BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_neutral_exposures >= 0),
+    reviewed_explicit_corrections BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_explicit_corrections >= 0),
+    reviewed_at TIMESTAMPTZ,
+    decay_anchor TIMESTAMPTZ,
+    decay_cycles INTEGER NOT NULL DEFAULT 0 CHECK (decay_cycles >= 0),
+    updated_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, node_id)
+);
