@@ -433,7 +433,7 @@ class AsyncMemoryClient:
         (``prme.assemble_prompt``; PostgreSQL only)."""
         return await self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
 
-    # -- outcomes and maintenance (patches need PostgreSQL) --
+    # -- outcomes and maintenance --
 
     async def record_outcome(
         self,
@@ -476,12 +476,11 @@ class AsyncMemoryClient:
 
     async def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
         """Store the actionable recommendations as a patch for review; changes no memory
-        (``prme.maintenance_patch``; PostgreSQL only)."""
+        (``prme.maintenance_patch``)."""
         return await self._backend.execute(CreateMaintenancePatch(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     async def get_patch(self, patch_id: UUID | str, *, user_id: str) -> MaintenancePatch:
-        """A stored patch with each op's status; :class:`NotFoundError` for another owner's
-        (PostgreSQL only)."""
+        """A stored patch with each op's status; :class:`NotFoundError` for another owner's."""
         return await self._backend.execute(GetPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id)))
 
     async def apply_patch(
@@ -492,7 +491,7 @@ class AsyncMemoryClient:
         user_id: str,
         mode: str = "manual",
     ) -> list[AppliedOp]:
-        """Apply ops of a patch (``prme.apply_patch``; PostgreSQL only).
+        """Apply ops of a patch (``prme.apply_patch``).
 
         ``mode="manual"`` applies exactly ``op_ids`` (a list, or one comma-separated
         string); ``mode="auto"`` (``op_ids=None``) applies decay ops and stability increases

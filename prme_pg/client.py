@@ -738,7 +738,7 @@ class MemoryClient:
         (``prme.assemble_prompt``; PostgreSQL only)."""
         return self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
 
-    # -- outcomes and maintenance (docs/MAINTENANCE.md; patches need PostgreSQL) --
+    # -- outcomes and maintenance (docs/MAINTENANCE.md) --
 
     def record_outcome(
         self,
@@ -779,12 +779,11 @@ class MemoryClient:
 
     def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
         """Store the actionable recommendations as a patch for review; changes no memory
-        (``prme.maintenance_patch``; PostgreSQL only)."""
+        (``prme.maintenance_patch``)."""
         return self._backend.execute(CreateMaintenancePatch(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     def get_patch(self, patch_id: UUID | str, *, user_id: str) -> MaintenancePatch:
-        """A stored patch with each op's status; :class:`NotFoundError` for another owner's
-        (PostgreSQL only)."""
+        """A stored patch with each op's status; :class:`NotFoundError` for another owner's."""
         return self._backend.execute(GetPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id)))
 
     def apply_patch(
@@ -795,7 +794,7 @@ class MemoryClient:
         user_id: str,
         mode: str = "manual",
     ) -> list[AppliedOp]:
-        """Apply ops of a patch (``prme.apply_patch``; PostgreSQL only).
+        """Apply ops of a patch (``prme.apply_patch``).
 
         ``mode="manual"`` applies exactly ``op_ids`` (a list, or one comma-separated
         string); ``mode="auto"`` (``op_ids=None``) applies decay ops and stability increases

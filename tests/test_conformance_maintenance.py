@@ -192,3 +192,238 @@ def test_report_of_a_contested_memory_and_a_centuries_old_schedule(engine: Engin
     assert report[contested.id].lifecycle_state == "contested"
     with pytest.raises(InvalidInput):
         memory.maintenance_report(user_id=" alice")
+
+
+# -- patches: sql/postgres/260_patches.sql --------------------------------------------
+
+
+def _scenario(memory: MemoryClient) -> dict[str, Any]:
+    """An overdue memory (2 cycles), a memory confirmed twice, one corrected twice and one
+    used five times: every kind of op."""
+    now = datetime.now(UTC)
+    nodes = {
+        "overdue": memory.add_node(
+            "overdue", user_id=ALICE, confidence_base="0.5", next_review_at=now - timedelta(days=10)
+        ),
+        "confirmed": memory.add_node("confirmed " + "x" * 300, user_id=ALICE),
+        "corrected": memory.add_node("corrected", user_id=ALICE, stability="stable"),
+        "used": memory.add_node("used", user_id=ALICE),
+    }
+    memory.reinforce(nodes["confirmed"].id, user_id=ALICE)
+    memory.record_outcome(nodes["confirmed"].id, "explicit_reinforcement", user_id=ALICE)
+    for _ in range(2):
+        memory.record_outcome(nodes["corrected"].id, "explicit_correction", user_id=ALICE)
+    for _ in range(5):
+        memory.record_outcome(nodes["used"].id, "implicit_success", user_id=ALICE)
+    memory.record_outcome(nodes["used"].id, "neutral_exposure", user_id=ALICE)
+    return nodes
+
+
+def _op_shapes(patch_ops: tuple[dict[str, Any], ...]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            o["op"],
+            o["recommendation"],
+            o["updates"],
+            o["risk"],
+            o["requires_review"],
+            o["default_selected"],
+            o["status"],
+        )
+        for o in patch_ops
+    ]
+
+
+def test_a_patch_proposes_each_op_as_postgresql_does(memory: MemoryClient) -> None:
+    nodes = _scenario(memory)
+    patch = memory.maintenance_patch(user_id=ALICE)
+    assert patch.as_of == patch.created_at
+    assert [o["op_id"] for o in patch.ops] == [f"op_{n:03d}" for n in range(1, len(patch.ops) + 1)]
+    # Ops come in memory (id) order, each memory's in decay, stability, contested order.
+    order = sorted(nodes, key=lambda name: nodes[name].id)
+    by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in nodes}
+    for o in patch.ops:
+        name = next(n for n in nodes if str(nodes[n].id) == o["target"]["node_id"])
+        by_node[name].append(o)
+    assert [name for name in order for _ in by_node[name]] == [
+        next(n for n in nodes if str(nodes[n].id) == o["target"]["node_id"]) for o in patch.ops
+    ]
+    assert _op_shapes(tuple(by_node["overdue"])) == [
+        (
+            "decay_confidence",
+            "decay_confidence",
+            {"confidence_base": {"from": 0.5, "to": 0.2}, "decay_cycles": {"from": 0, "to": 2}},
+            "low",
+            False,
+            True,
+            "pending",
+        )
+    ]
+    assert by_node["overdue"][0]["reason"].startswith("overdue for review since ")
+    assert by_node["overdue"][0]["reason"].endswith(": cycles 1 to 2 of 7 days decayed at -0.15 each")
+    assert _op_shapes(tuple(by_node["confirmed"])) == [
+        (
+            "update_stability",
+            "increase_stability",
+            {"stability": {"from": "low", "to": "semi-stable"}},
+            "low",
+            False,
+            True,
+            "pending",
+        )
+    ]
+    confirmed = by_node["confirmed"][0]
+    assert confirmed["target"] == {
+        "node_id": str(nodes["confirmed"].id),
+        "version": 2,
+        "content": ("confirmed " + "x" * 300)[:200],
+    }
+    assert confirmed["reason"] == "2 explicit reinforcements and no correction since the last review"
+    assert (confirmed["applied_at"], confirmed["applied_mode"]) == (None, None)
+    assert _op_shapes(tuple(by_node["corrected"])) == [
+        (
+            "update_stability",
+            "decrease_stability",
+            {"stability": {"from": "stable", "to": "semi-stable"}},
+            "medium",
+            True,
+            True,
+            "pending",
+        ),
+        (
+            "mark_contested",
+            "mark_contested",
+            {"lifecycle_state": {"from": "active", "to": "contested"}},
+            "high",
+            True,
+            False,
+            "pending",
+        ),
+    ]
+    assert by_node["corrected"][0]["reason"] == "2 explicit correction(s) since the last review"
+    assert _op_shapes(tuple(by_node["used"])) == [
+        (
+            "update_stability",
+            "flag_for_review",
+            {"stability": {"from": "low", "to": "semi-stable"}},
+            "medium",
+            True,
+            False,
+            "pending",
+        )
+    ]
+    assert memory.get_patch(patch.patch_id, user_id=ALICE) == patch
+    with pytest.raises(NotFoundError, match="patch not found"):
+        memory.get_patch(patch.patch_id, user_id=BOB)
+
+
+def test_applying_a_patch_auto_then_manual_once_each(memory: MemoryClient) -> None:
+    nodes = _scenario(memory)
+    patch = memory.maintenance_patch(user_id=ALICE)
+    ids = {o["recommendation"]: o["op_id"] for o in patch.ops}
+    auto = memory.apply_patch(patch.patch_id, user_id=ALICE, mode="auto")
+    assert sorted((a.op_id, a.op, a.status, a.detail, a.node_version) for a in auto) == sorted(
+        [
+            (ids["decay_confidence"], "decay_confidence", "applied", None, 2),
+            (ids["increase_stability"], "update_stability", "applied", None, 3),
+        ]
+    )
+    overdue = memory.get_node(nodes["overdue"].id, user_id=ALICE)
+    assert (overdue.confidence_base, overdue.version) == (Decimal("0.2000"), 2)
+    confirmed = memory.get_node(nodes["confirmed"].id, user_id=ALICE)
+    assert confirmed.stability == "semi-stable"
+    assert confirmed.next_review_at == confirmed.updated_at + timedelta(days=30)
+    again = memory.apply_patch(patch.patch_id, user_id=ALICE, mode="auto")
+    assert {a.status for a in again} == {"already_applied"}
+    assert all(
+        a.detail is not None and a.detail.endswith(" in auto mode") and a.detail.startswith("applied at ")
+        for a in again
+    )
+    manual = memory.apply_patch(patch.patch_id, [ids["mark_contested"], ids["decrease_stability"]], user_id=ALICE)
+    assert [(a.op_id, a.status) for a in manual] == sorted(
+        [(ids["decrease_stability"], "applied"), (ids["mark_contested"], "applied")]
+    )
+    corrected = memory.get_node(nodes["corrected"].id, user_id=ALICE)
+    assert (corrected.stability, corrected.lifecycle_state, corrected.version) == ("semi-stable", "contested", 3)
+    stored = memory.get_patch(patch.patch_id, user_id=ALICE)
+    applied = {o["op_id"]: (o["status"], o["applied_mode"]) for o in stored.ops}
+    assert applied[ids["decay_confidence"]] == ("applied", "auto")
+    assert applied[ids["mark_contested"]] == ("applied", "manual")
+    assert applied[ids["flag_for_review"]] == ("pending", None)
+    assert all(o["applied_at"] is None or o["applied_at"].endswith("+00:00") for o in stored.ops)
+    # The decay is charged once: a new patch proposes no decay for the same cycles, and the
+    # settled corrections and confirmations call for nothing more.
+    later = memory.maintenance_patch(user_id=ALICE)
+    assert [o["recommendation"] for o in later.ops] == ["flag_for_review"]
+    journal, _ = memory.node_journal(nodes["corrected"].id, user_id=ALICE)
+    assert [r.op for r in journal] == ["create", "update_stability", "mark_contested"]
+    assert memory.verify_journal(user_id=ALICE) == []
+    assert memory.verify_journal(user_id=ALICE, independent=True) == []
+
+
+def test_an_op_whose_memory_changed_is_stale(engine: Engine, memory: MemoryClient) -> None:
+    nodes = _scenario(memory)
+    patch = memory.maintenance_patch(user_id=ALICE)
+    ids = {o["recommendation"]: o["op_id"] for o in patch.ops}
+    engine.force_node(nodes["overdue"].id, confidence_base=Decimal("0.45"))
+    engine.force_node(nodes["used"].id, stability="stable")
+    memory.archive_node(nodes["corrected"].id, user_id=ALICE)
+    memory.mark_reviewed(nodes["confirmed"].id, user_id=ALICE)
+    applied = memory.apply_patch(patch.patch_id, sorted(ids.values()), user_id=ALICE)
+    assert {a.op_id: (a.status, a.detail) for a in applied} == {
+        ids["decay_confidence"]: ("stale", "confidence_base is 0.45 now, the patch expected 0.5"),
+        ids["increase_stability"]: ("applied", None),
+        ids["decrease_stability"]: ("stale", "the memory is archived"),
+        ids["mark_contested"]: ("stale", "the memory is archived"),
+        ids["flag_for_review"]: ("stale", "stability is stable now, the patch expected low"),
+    }
+    again = memory.apply_patch(patch.patch_id, [ids["decay_confidence"]], user_id=ALICE)
+    assert [a.status for a in again] == ["stale"], "a stale op stays pending"
+
+
+def test_decay_is_charged_once_per_cycle(memory: MemoryClient) -> None:
+    now = datetime.now(UTC)
+    node = memory.add_node("overdue", user_id=ALICE, confidence_base="0.9", next_review_at=now - timedelta(days=15))
+    first = memory.maintenance_patch(user_id=ALICE, as_of=now - timedelta(days=10))
+    assert [o["updates"] for o in first.ops] == [
+        {"confidence_base": {"from": 0.9, "to": 0.75}, "decay_cycles": {"from": 0, "to": 1}}
+    ]
+    assert [a.status for a in memory.apply_patch(first.patch_id, user_id=ALICE, mode="auto")] == ["applied"]
+    second = memory.maintenance_patch(user_id=ALICE)
+    # Two more cycles have begun since (15 days overdue, a 7-day cadence): only they decay.
+    assert [o["updates"] for o in second.ops] == [
+        {"confidence_base": {"from": 0.75, "to": 0.45}, "decay_cycles": {"from": 1, "to": 3}}
+    ]
+    memory.apply_patch(second.patch_id, user_id=ALICE, mode="auto")
+    assert memory.get_node(node.id, user_id=ALICE).confidence_base == Decimal("0.4500")
+    assert memory.maintenance_patch(user_id=ALICE).ops == ()
+    assert memory.maintenance_report(user_id=ALICE)[0].recommendations == ("review_due",)
+
+
+BAD_APPLY: list[tuple[str, dict[str, Any], type[Exception], str]] = [
+    ("bad mode", {"mode": "all"}, InvalidInput, "mode must be manual or auto"),
+    ("manual without ids", {"op_ids": None}, InvalidInput, "op_ids must list them"),
+    ("auto with ids", {"mode": "auto"}, InvalidInput, "op_ids must be null"),
+    ("long id", {"op_ids": ["op_" + "1" * 62]}, InvalidInput, "at most 64 characters"),
+    ("unknown ids", {"op_ids": ["op_001", "op_999", "x"]}, NotFoundError, r"unknown op_ids: op_999, x\)"),
+    ("foreign", {"user_id": BOB}, NotFoundError, "patch not found"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "error", "message"), BAD_APPLY, ids=[c for c, _, _, _ in BAD_APPLY])
+def test_invalid_apply_changes_nothing(
+    memory: MemoryClient, case: str, change: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    _scenario(memory)
+    patch = memory.maintenance_patch(user_id=ALICE)
+    call: dict[str, Any] = {"op_ids": ["op_001"], "user_id": ALICE, "mode": "manual", **change}
+    with pytest.raises(error, match=message):
+        memory.apply_patch(patch.patch_id, call.pop("op_ids"), **call)
+    assert memory.get_patch(patch.patch_id, user_id=ALICE) == patch
+
+
+def test_a_patch_cannot_be_for_the_future(memory: MemoryClient) -> None:
+    with pytest.raises(
+        InvalidInput, match=r"as_of of a patch must not be in the future \(got 2999-01-01 00:00:00\+00\)"
+    ):
+        memory.maintenance_patch(user_id=ALICE, as_of=datetime(2999, 1, 1, tzinfo=UTC))

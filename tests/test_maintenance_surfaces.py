@@ -31,10 +31,8 @@ from prme_pg import (
     NotFoundError,
     Outcome,
     OutcomeSummary,
-    PrmeError,
     cli,
 )
-from prme_pg.errors import NotOnPack
 from tests.test_http import Api, _problem
 
 from .live_server import serve
@@ -188,27 +186,21 @@ def test_async_client_matches_the_sync_client(db_dsn: str) -> None:
 # -- memory packs refuse clearly ------------------------------------------------------
 
 
-def test_memory_packs_refuse_patches(tmp_path: Path) -> None:
+def test_memory_packs_answer_outcomes_and_maintenance_async(tmp_path: Path) -> None:
+    """The async client on a pack runs outcomes, reports and patches like the sync one
+    (tests/test_conformance_maintenance.py holds both engines equal)."""
     node_id = uuid.uuid4()
-    with MemoryClient(tmp_path / "pack") as memory:
-        calls = [
-            lambda: memory.maintenance_patch(user_id="alice"),
-            lambda: memory.get_patch(node_id, user_id="alice"),
-            lambda: memory.apply_patch(node_id, ["op_001"], user_id="alice"),
-        ]
-        for call in calls:
-            with pytest.raises(PrmeError, match="needs PostgreSQL") as raised:
-                call()
-            assert type(raised.value) is NotOnPack
 
     async def run() -> None:
-        async with AsyncMemoryClient(tmp_path / "pack2") as memory:
-            # Outcomes are on the pack (tests/test_conformance_outcomes.py): a missing memory is PR404.
+        async with AsyncMemoryClient(tmp_path / "pack") as memory:
             with pytest.raises(NotFoundError):
                 await memory.record_outcome(node_id, "implicit_success", user_id="alice")
             assert await memory.maintenance_report(user_id="alice") == []
-            with pytest.raises(PrmeError, match="MaintenancePatch needs PostgreSQL"):
-                await memory.maintenance_patch(user_id="alice")
+            patch = await memory.maintenance_patch(user_id="alice")
+            assert patch.ops == ()
+            assert await memory.apply_patch(patch.patch_id, user_id="alice", mode="auto") == []
+            with pytest.raises(NotFoundError):
+                await memory.get_patch(node_id, user_id="alice")
 
     asyncio.run(run())
 

@@ -2,7 +2,7 @@
 
 Tokens live in the pack (sha256 only, one owner each), minted by `prme-pg token create
 --pack`; the routes answer as they do over PostgreSQL; what a pack does not have (the
-operations ledger, maintenance for now) is 501 problem+json, never a 500.
+operations ledger) is 501 problem+json, never a 500.
 """
 
 from __future__ import annotations
@@ -160,6 +160,39 @@ def test_outcomes_over_a_pack(pack_api: PackApi) -> None:
         summary = alice.get(f"/v1/nodes/{node_id}/outcomes/summary")
         assert summary.status_code == 200, summary.text
         assert (summary.json()["implicit_successes"], summary.json()["outcomes"]) == (1, 1)
+
+
+def test_corrections_and_maintenance_over_a_pack(pack_api: PackApi) -> None:
+    """Correction detection and linking, the report, a patch applied, reviews and settings, as
+    over PostgreSQL; owners isolated."""
+    overdue = (datetime.now(UTC) - timedelta(days=10)).isoformat()
+    with pack_api.client(pack_api.alice) as alice, pack_api.client(pack_api.bob) as bob:
+        node = alice.post("/v1/nodes", json={"content": "alice indents code with tabs", "next_review_at": overdue})
+        node_id = node.json()["id"]
+        detect = alice.post("/v1/corrections/detect", json={"message": "No, spaces"})
+        assert detect.status_code == 200 and detect.json() == {"is_correction": True}
+        link = alice.post(
+            "/v1/corrections", json={"message": "no, alice indents code with spaces", "candidate_node_ids": [node_id]}
+        )
+        assert link.status_code == 201, link.text
+        assert (link.json()["status"], link.json()["node_id"]) == ("linked", node_id)
+        report = alice.get("/v1/maintenance/report")
+        assert report.status_code == 200, report.text
+        [row] = report.json()["recommendations"]
+        assert row["recommendations"] == ["decay_confidence", "review_due", "review_memory"]
+        assert bob.get("/v1/maintenance/report").json()["recommendations"] == []
+        patch = alice.post("/v1/maintenance/patches", json={})
+        assert patch.status_code == 201, patch.text
+        patch_id = patch.json()["patch_id"]
+        _problem(bob.get(f"/v1/maintenance/patches/{patch_id}"), 404, "PR404")
+        applied = alice.post(f"/v1/maintenance/patches/{patch_id}/apply", json={"mode": "auto"})
+        assert applied.status_code == 200, applied.text
+        assert [r["status"] for r in applied.json()["results"]] == ["applied"]
+        reviewed = alice.post(f"/v1/nodes/{node_id}/review", json={})
+        assert reviewed.status_code == 200, reviewed.text
+        assert alice.get("/v1/maintenance/report").json()["recommendations"] == []
+        settings = alice.get("/v1/maintenance/settings")
+        assert settings.status_code == 200, settings.text
 
 
 def test_recall_snapshots_and_prompts_over_a_pack(pack_api: PackApi) -> None:

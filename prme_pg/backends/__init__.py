@@ -428,7 +428,7 @@ class GetMaintenanceReport(Request[list[MaintenanceRecommendation]]):
 
 @dataclass(frozen=True, slots=True)
 class CreateMaintenancePatch(Request[MaintenancePatch]):
-    """Store the actionable recommendations as a patch for review (PostgreSQL only)."""
+    """Store the actionable recommendations as a patch for review."""
 
     user_id: str
     as_of: datetime | None
@@ -436,7 +436,7 @@ class CreateMaintenancePatch(Request[MaintenancePatch]):
 
 @dataclass(frozen=True, slots=True)
 class GetPatch(Request[MaintenancePatch]):
-    """A stored maintenance patch of user_id with each op's status (PostgreSQL only)."""
+    """A stored maintenance patch of user_id with each op's status."""
 
     user_id: str
     patch_id: UUID
@@ -444,7 +444,7 @@ class GetPatch(Request[MaintenancePatch]):
 
 @dataclass(frozen=True, slots=True)
 class ApplyPatch(Request[list[AppliedOp]]):
-    """Apply ops of a patch: manual (exactly op_ids) or auto (op_ids None) (PostgreSQL only)."""
+    """Apply ops of a patch: manual (exactly op_ids) or auto (op_ids None)."""
 
     user_id: str
     patch_id: UUID

@@ -253,3 +253,49 @@ CREATE TABLE IF NOT EXISTS prme.node_maintenance (
     updated_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (user_id, node_id)
 );
+
+-- Maintenance patches and their ops (sql/postgres/260_patches.sql): what each op changes
+-- (from -> to), why, its risk, the outcome counts the proposal saw, and when it was applied.
+CREATE TABLE IF NOT EXISTS prme.maintenance_patches (
+    user_id VARCHAR NOT NULL,
+    id UUID NOT NULL,
+    as_of TIMESTAMPTZ NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, id)
+);
+
+CREATE TABLE IF NOT EXISTS prme.patch_ops (
+    user_id VARCHAR NOT NULL,
+    patch_id UUID NOT NULL,
+    op_no INTEGER NOT NULL CHECK (op_no > 0),
+    op_id VARCHAR NOT NULL CHECK (regexp_full_match(op_id, 'op_[0-9]{3,}')),
+    op VARCHAR NOT NULL CHECK (op IN ('update_stability', 'decay_confidence', 'mark_contested')),
+    recommendation VARCHAR NOT NULL CHECK (recommendation IN (
+        'decay_confidence', 'increase_stability', 'decrease_stability', 'flag_for_review', 'mark_contested'
+    )),
+    node_id UUID NOT NULL,
+    node_version BIGINT NOT NULL CHECK (node_version > 0),
+    reason VARCHAR NOT NULL,
+    risk VARCHAR NOT NULL CHECK (risk IN ('low', 'medium', 'high')),
+    requires_review BOOLEAN NOT NULL,
+    default_selected BOOLEAN NOT NULL,
+    stability_from VARCHAR,
+    stability_to VARCHAR,
+    confidence_from DECIMAL(5, 4),
+    confidence_to DECIMAL(5, 4),
+    lifecycle_from VARCHAR,
+    lifecycle_to VARCHAR,
+    decay_anchor TIMESTAMPTZ,
+    decay_cycles_from INTEGER,
+    decay_cycles_to INTEGER,
+    seen_explicit_reinforcements BIGINT NOT NULL,
+    seen_implicit_successes BIGINT NOT NULL,
+    seen_neutral_exposures BIGINT NOT NULL,
+    seen_explicit_corrections BIGINT NOT NULL,
+    operation_id UUID NOT NULL,
+    applied_at TIMESTAMPTZ,
+    applied_mode VARCHAR CHECK (applied_mode IN ('manual', 'auto')),
+    applied_version BIGINT,
+    PRIMARY KEY (user_id, patch_id, op_no),
+    UNIQUE (user_id, patch_id, op_id)
+);
