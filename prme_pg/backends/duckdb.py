@@ -679,6 +679,15 @@ class DuckDBBackend:
                     self._rollback(con)
                     raise
 
+    def read(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Run ``work``, which reads with one statement, under the pack lock, without BEGIN and
+        COMMIT (the statement is its own transaction): recall's hot path."""
+        with self.lock:
+            con = self._con
+            if con is None:
+                raise PackClosedError(f"the memory pack at {self.path} is closed")
+            return work(con)
+
     @staticmethod
     def _rollback(con: duckdb.DuckDBPyConnection) -> None:
         with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already rolled back
@@ -1709,7 +1718,8 @@ class DuckDBBackend:
                 rows = con.execute(RECALL_WORDS, {**params, "words": words, "word_count": len(words)}).fetchall()
             return [recall_hit(row) for row in rows]
 
-        return self.run(work)
+        # Two statements, but the first (the query's words) reads no table.
+        return self.read(work)
 
     # -- API tokens (sql/postgres/140_api_tokens.sql) --
 
@@ -2426,16 +2436,30 @@ FROM (
 ORDER BY r.score DESC, r.id
 """
 RECALL_ALL = _RECALL.format(candidates=_RECALL_CANDIDATES.format(relevance="CAST(1.0 AS DOUBLE)", join=""))
-# The share of the query's words a memory has: its matching rows in node_words.
+# The share of the query's words a memory has: its matching rows in node_words. The
+# matches come first and only the matching memories are read and decayed (not every
+# memory of the owner, as RECALL_ALL must).
 RECALL_WORDS = _RECALL.format(
-    candidates=_RECALL_CANDIDATES.format(
-        relevance="CAST(m.shared AS DOUBLE) / CAST($word_count AS DOUBLE)",
-        join=(
-            "JOIN (SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w "
-            "WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) "
-            "GROUP BY w.node_id) AS m ON m.node_id = n.id"
-        ),
-    )
+    candidates="""
+SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
+    n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
+    n.created_at, n.updated_at, n.version, CAST(n.shared AS DOUBLE) / CAST($word_count AS DOUBLE) AS relevance,
+    prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
+        AS effective_salience,
+    prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
+FROM (
+    SELECT n.*, m.shared,
+        prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
+    FROM (
+        SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w
+        WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word)
+        GROUP BY w.node_id
+    ) AS m
+    JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id
+    WHERE n.lifecycle_state NOT IN ('archived', 'deprecated')
+      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
+) AS n
+"""
 )
 
 
