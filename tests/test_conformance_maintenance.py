@@ -184,7 +184,11 @@ def test_report_of_a_contested_memory_and_a_centuries_old_schedule(engine: Engin
         memory.record_outcome(contested.id, "explicit_correction", user_id=ALICE)
         memory.record_outcome(contested.id, "explicit_reinforcement", user_id=ALICE)
     report = _report(memory, as_of=now)
-    assert report[old.id].suggested_confidence == Decimal(0)
+    assert str(report[old.id].suggested_confidence) == "0", "nothing left: PostgreSQL's integer 0"
+    exact = memory.add_node(
+        "exactly used up", user_id=ALICE, confidence_base="0.3", next_review_at=now - timedelta(days=10)
+    )
+    assert str(_report(memory, as_of=now)[exact.id].suggested_confidence) == "0.0000", "two cycles of 0.15: scale 4"
     assert report[old.id].overdue_cycles == (now - datetime(1900, 1, 1, tzinfo=UTC)) // timedelta(days=7) + 1
     assert contested.id not in report, "its outcomes came after as_of"
     report = _report(memory)

@@ -2097,11 +2097,12 @@ ON CONFLICT (user_id, node_id) DO UPDATE SET
     reviewed_at = excluded.reviewed_at,
     updated_at = excluded.updated_at
 """
-# The report's inputs, one row per active or contested memory that may need anything:
-# due by as_of, or with enough outcomes since its last review. Outcomes are counted up
-# to as_of, from the outcome rows and the confirmations' journal records (one scan of
-# each), less what the last review settled.
-REPORT_ROWS = """
+# prme.maintenance_report as one query over the owner's memories: outcomes are counted up
+# to as_of from the outcome rows and the confirmations' journal records (one scan of each),
+# less what the last review settled; the rules (prme._maintenance_moves, _cycles_due, the
+# decay) are computed here, set-based. The settings come as parameters: a cadence in
+# microseconds and a decay in ten-thousandths per stability.
+REPORT = """
 WITH rows AS (
     SELECT node_id,
         count(*) FILTER (WHERE outcome = 'explicit_reinforcement') AS er,
@@ -2123,17 +2124,93 @@ counted AS (
         greatest(coalesce(r.er, 0) + coalesce(c.er, 0) - coalesce(k.reviewed_explicit_reinforcements, 0), 0) AS er,
         greatest(coalesce(r.isx, 0) - coalesce(k.reviewed_implicit_successes, 0), 0) AS isx,
         greatest(coalesce(r.ec, 0) - coalesce(k.reviewed_explicit_corrections, 0), 0) AS ec,
-        k.decay_anchor, coalesce(k.decay_cycles, 0) AS decay_cycles
+        CASE WHEN k.decay_anchor = n.next_review_at THEN k.decay_cycles ELSE 0 END AS cycles_done,
+        CAST(n.confidence_base * 10000 AS BIGINT) AS confidence_units,
+        CASE n.stability WHEN 'low' THEN $low_us WHEN 'semi-stable' THEN $semi_us ELSE $stable_us END AS cadence_us,
+        CASE n.stability WHEN 'low' THEN $low_decay WHEN 'semi-stable' THEN $semi_decay ELSE $stable_decay END
+            AS stability_decay
     FROM prme.nodes AS n
     LEFT JOIN rows AS r ON r.node_id = n.id
     LEFT JOIN confirmations AS c ON c.node_id = n.id
     LEFT JOIN prme.node_maintenance AS k ON k.user_id = n.user_id AND k.node_id = n.id
     WHERE n.user_id = $user_id AND n.lifecycle_state IN ('active', 'contested')
+),
+moved AS (
+    SELECT c.*,
+        CASE
+            WHEN c.ec >= 1 THEN CASE WHEN c.stability = 'low' THEN 1 ELSE 2 END
+                + CASE WHEN c.ec >= 2 AND c.lifecycle_state = 'active' THEN 2 ELSE 0 END
+            WHEN c.lifecycle_state <> 'active' THEN 0
+            WHEN c.er >= 2 THEN CASE WHEN c.stability = 'stable' THEN 0 ELSE 5 END
+            WHEN c.isx >= 5 AND c.stability = 'low' THEN 6
+            ELSE 0
+        END AS moves,
+        CASE WHEN c.due
+            THEN greatest(0, (epoch_us(CAST($as_of AS TIMESTAMPTZ)) - epoch_us(c.next_review_at)) // c.cadence_us + 1)
+            ELSE 0
+        END AS cycles_due,
+        CASE WHEN c.confidence_units > 0 AND c.decay_profile <> 'permanent' THEN c.stability_decay ELSE 0 END
+            AS per_cycle
+    FROM counted AS c
+    WHERE c.due OR c.er >= 2 OR c.isx >= 5 OR c.ec >= 1
+),
+decided AS (
+    SELECT m.*, m.due AND m.cycles_due > m.cycles_done AND m.per_cycle > 0 AS decays,
+        (m.cycles_due - m.cycles_done) * m.per_cycle AS decay_units
+    FROM moved AS m
+    WHERE m.due OR m.moves > 0
 )
-SELECT * FROM counted WHERE due OR er >= 2 OR isx >= 5 OR ec >= 1
+-- Plain numbers where Python would convert slowly: the recommendations as (decays, due,
+-- moves), confidences in ten-thousandths (-1: PostgreSQL's integer 0, nothing left), the
+-- schedule in epoch microseconds; _report turns them into the same values.
+SELECT d.id, d.decays, d.due, d.moves, d.lifecycle_state, d.stability, d.confidence_units,
+    CASE WHEN d.decays THEN
+        CASE WHEN d.confidence_units >= d.decay_units THEN d.confidence_units - d.decay_units ELSE -1 END
+    END,
+    epoch_us(d.next_review_at), d.cycles_due, d.cycles_done, d.er, d.isx, d.ec
+FROM decided AS d
 """
 
-_MOVES = {
+
+def _report(con: duckdb.DuckDBPyConnection, user_id: str, as_of: datetime) -> list[MaintenanceRecommendation]:
+    params: dict[str, Any] = {"user_id": user_id, "as_of": as_of}
+    for setting in _settings(con, user_id):
+        key = _SETTING_KEYS[setting.stability]
+        params[f"{key}_us"] = setting.review_cadence // timedelta(microseconds=1)
+        params[f"{key}_decay"] = int(setting.decay_per_cycle * 10000)
+    fractions: dict[int, Decimal] = {-1: Decimal(0)}
+
+    def fraction(units: int) -> Decimal:
+        # numeric(5, 4) from ten-thousandths, each value built once.
+        value = fractions.get(units)
+        if value is None:
+            value = fractions[units] = Decimal(units).scaleb(-4)
+        return value
+
+    result: list[MaintenanceRecommendation] = []
+    rows = con.execute(REPORT, params)
+    while batch := rows.fetchmany(8192):
+        for node_id, decays, due, moves, state, stability, units, left, due_us, *counts in batch:
+            result.append(
+                MaintenanceRecommendation(
+                    node_id,
+                    _RECOMMENDATIONS[decays, due, moves],
+                    state,
+                    stability,
+                    _SUGGESTED_STABILITY[moves, stability],
+                    fraction(units),
+                    None if left is None else fraction(left),
+                    None if due_us is None else _EPOCH + timedelta(microseconds=due_us),
+                    *counts,
+                )
+            )
+    return result
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The recommendations of a memory by (decays, due, moves): PostgreSQL's order, decay first.
+_MOVES: dict[int, tuple[str, ...]] = {
+    0: (),
     1: ("review_memory",),
     2: ("review_memory", "decrease_stability"),
     3: ("review_memory", "mark_contested"),
@@ -2141,95 +2218,27 @@ _MOVES = {
     5: ("increase_stability",),
     6: ("flag_for_review",),
 }
-
-
-def _maintenance_moves(stability: str, lifecycle_state: str, er: int, isx: int, ec: int) -> int:
-    """prme._maintenance_moves: what outcome counts since the last review call for, as a code."""
-    if lifecycle_state not in ("active", "contested"):
-        return 0
-    if ec >= 1:
-        return (1 if stability == "low" else 2) + (2 if ec >= 2 and lifecycle_state == "active" else 0)
-    if lifecycle_state != "active":
-        return 0
-    if er >= 2:
-        return 0 if stability == "stable" else 5
-    if isx >= 5 and stability == "low":
-        return 6
-    return 0
-
-
-def _suggested_by_moves(moves: int, stability: str) -> str | None:
-    if moves == 5:
-        return "semi-stable" if stability == "low" else "stable"
-    if moves == 6:
-        return "semi-stable"
-    if moves in (2, 4):
-        return "semi-stable" if stability == "stable" else "low"
-    return None
-
-
-def _cycles_due(due_at: datetime, as_of: datetime, cadence: timedelta) -> int:
-    """prme._cycles_due: overdue cycles begun by as_of (exact: whole microseconds)."""
-    return max(0, (as_of - due_at) // cadence + 1)
-
-
-def _report(con: duckdb.DuckDBPyConnection, user_id: str, as_of: datetime) -> list[MaintenanceRecommendation]:
-    settings = {s.stability: s for s in _settings(con, user_id)}
-    result: list[MaintenanceRecommendation] = []
-    rows = con.execute(REPORT_ROWS, {"user_id": user_id, "as_of": as_of})
-    while batch := rows.fetchmany(4096):
-        for (
-            node_id,
-            lifecycle_state,
-            stability,
-            confidence,
-            next_review_at,
-            decay_profile,
-            due,
-            er,
-            isx,
-            ec,
-            decay_anchor,
-            decay_cycles,
-        ) in batch:
-            moves = _maintenance_moves(stability, lifecycle_state, er, isx, ec)
-            if not due and moves == 0:
-                continue
-            setting = settings[stability]
-            cycles_due = _cycles_due(next_review_at, as_of, setting.review_cadence) if due else 0
-            cycles_done = decay_cycles if decay_anchor is not None and decay_anchor == next_review_at else 0
-            ten_thousandths = int(confidence * 10000)
-            per_cycle = (
-                int(setting.decay_per_cycle * 10000) if ten_thousandths > 0 and decay_profile != "permanent" else 0
-            )
-            decays = due and cycles_due > cycles_done and per_cycle > 0
-            recommendations = (
-                _MOVES.get(moves, ("flag_for_review",))
-                if not due
-                else (("decay_confidence",) if decays else ()) + ("review_due",) + _MOVES.get(moves, ())
-            )
-            suggested_confidence: Decimal | None = None
-            if decays:
-                left = ten_thousandths - (cycles_due - cycles_done) * per_cycle
-                suggested_confidence = Decimal(left) * Decimal("0.0001") if left >= 0 else Decimal(0)
-            result.append(
-                MaintenanceRecommendation(
-                    node_id=node_id,
-                    recommendations=recommendations,
-                    lifecycle_state=lifecycle_state,
-                    stability=stability,
-                    suggested_stability=_suggested_by_moves(moves, stability),
-                    confidence_base=confidence,
-                    suggested_confidence=suggested_confidence,
-                    next_review_at=_utc(next_review_at),
-                    overdue_cycles=cycles_due,
-                    decayed_cycles=cycles_done,
-                    explicit_reinforcements=er,
-                    implicit_successes=isx,
-                    explicit_corrections=ec,
-                )
-            )
-    return result
+_RECOMMENDATIONS = {
+    (decays, due, moves): (("decay_confidence",) if decays else ()) + (("review_due",) if due else ()) + listed
+    for decays in (False, True)
+    for due in (False, True)
+    for moves, listed in _MOVES.items()
+}
+# Decreases go one step down, increases one step up, a flag at most to semi-stable.
+_SUGGESTED_STABILITY: dict[tuple[int, str], str | None] = {
+    (moves, stability): (
+        ("semi-stable" if stability == "low" else "stable")
+        if moves == 5
+        else "semi-stable"
+        if moves == 6
+        else ("semi-stable" if stability == "stable" else "low")
+        if moves in (2, 4)
+        else None
+    )
+    for moves in _MOVES
+    for stability in _STABILITIES
+}
+_SETTING_KEYS = {"low": "low", "semi-stable": "semi", "stable": "stable"}
 
 
 def _settings(con: duckdb.DuckDBPyConnection, user_id: str) -> list[MaintenanceSetting]:
