@@ -385,7 +385,7 @@ class AsyncMemoryClient:
         lifecycle_states: str | Iterable[str] | None = None,
         max_count: int = 50,
     ) -> list[Node]:
-        """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``; PostgreSQL only).
+        """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``).
 
         ``query`` matches words as recall does (``None`` or blank: every memory); the
         filters (``None`` = any) narrow; most query words first, then newest change

@@ -210,7 +210,7 @@ class ListNodeOutcomes(Request[list[Outcome]]):
 
 @dataclass(frozen=True, slots=True)
 class FindNodes(Request[list[Node]]):
-    """Memories in any lifecycle state by recall's word matching and filters (PostgreSQL only)."""
+    """Memories in any lifecycle state by recall's word matching and filters."""
 
     user_id: str
     query: str | None
