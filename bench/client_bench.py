@@ -214,6 +214,8 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
                     "confidence_base": after["confidence_base"],
                     "reinforcement_boost": after["reinforcement_boost"],
                     "last_reinforced_at": now,
+                    "stability": after["stability"],
+                    "next_review_at": after["next_review_at"],
                     "lifecycle_state": after["lifecycle_state"],
                     "updated_at": now,
                     "version": after["version"],
@@ -437,6 +439,136 @@ def recall_report(results: list[RecallTiming], console: Console) -> None:
 # -- report ----------------------------------------------------------------------------
 
 
+# -- pack maintenance report (issue 18, item 4) ----------------------------------------
+
+REPORT_MEMORIES = 100_000
+REPORT_OUTCOMES = 500_000
+REPORT_TARGET_RATIO = 3.0
+# One scan of the pack's outcome rows: the columns the report reads, the owner's rows.
+OUTCOME_SCAN = (
+    "SELECT count(*) FILTER (WHERE outcome = 'explicit_correction'), max(created_at) "
+    "FROM prme.outcomes WHERE user_id = $user_id AND recorded_by <> 'reinforce'"
+)
+
+
+@dataclass
+class ReportTiming:
+    memories: int
+    outcomes: int
+    rows: int
+    scan_ms: float
+    #: The report's statement, counted in SQL (as bench/maintenance_bench.py measures PostgreSQL's).
+    computed_ms: float
+    #: MemoryClient.maintenance_report: the statement and a Python object per row.
+    report_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.computed_ms / self.scan_ms
+
+    @property
+    def client_ratio(self) -> float:
+        return self.report_ms / self.scan_ms
+
+
+def pack_maintenance(runs: int = 5) -> ReportTiming:
+    """``MemoryClient.maintenance_report`` on a pack of 100,000 memories of one owner and 500,000
+    outcome rows, shaped like bench/maintenance_bench.py's (50/30/20 % low/semi-stable/stable, 40 %
+    due between 120 days ago and 60 days ahead, created up to a year ago, a create record each),
+    against one scan of those outcome rows in the same run: medians of ``runs``."""
+    import random
+
+    rng = random.Random(18)
+    kinds = ["implicit_success"] * 6 + ["neutral_exposure"] * 2 + ["explicit_reinforcement", "explicit_correction"]
+    with tempfile.TemporaryDirectory(prefix="prme_report_bench_") as tmp:
+        pack = Path(tmp) / "memories"
+        pack_sql.DuckDBBackend(pack).close()  # creates the pack
+        now = _now()
+        ids = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(REPORT_MEMORIES)]
+        created = [now - timedelta(days=rng.uniform(0, 365)) for _ in ids]
+        with duckdb.connect(str(pack / PACK_FILE)) as con:
+            con.execute(
+                "INSERT INTO prme.nodes (id, user_id, content, stability, next_review_at, created_at, updated_at, "
+                "version, last_checksum) "
+                "SELECT unnest($ids), 'bench', 'memory', unnest($stabilities), unnest($reviews), "
+                "unnest($times), unnest($times), 1, repeat('0', 64)",
+                {
+                    "ids": ids,
+                    "stabilities": [rng.choice(["low"] * 5 + ["semi-stable"] * 3 + ["stable"] * 2) for _ in ids],
+                    "reviews": [
+                        now + timedelta(days=rng.uniform(-120, 60)) if rng.random() < 0.4 else None for _ in ids
+                    ],
+                    "times": created,
+                },
+            )
+            con.execute(
+                "INSERT INTO prme.journal SELECT user_id, id, 1, 2, 'create', uuid(), NULL, NULL, 'x', "
+                "repeat('0', 64), NULL, created_at, NULL FROM prme.nodes"
+            )
+            picks = [rng.randrange(REPORT_MEMORIES) for _ in range(REPORT_OUTCOMES)]
+            con.execute(
+                "INSERT INTO prme.outcomes SELECT 'bench', uuid(), node_id, o, "
+                "CASE o WHEN 'explicit_reinforcement' THEN 1.0 WHEN 'implicit_success' THEN 0.2 "
+                "WHEN 'neutral_exposure' THEN 0 ELSE -1.0 END, NULL, NULL, NULL, NULL, NULL, 'record_outcome', 1, t "
+                "FROM (SELECT unnest($nodes) AS node_id, unnest($kinds) AS o, unnest($times) AS t)",
+                {
+                    "nodes": [ids[i] for i in picks],
+                    "times": [created[i] + (now - created[i]) * rng.random() for i in picks],
+                    "kinds": [rng.choice(kinds) for _ in picks],
+                },
+            )
+        with MemoryClient(pack) as memory:
+            con = memory.backend._con
+            assert con is not None
+            params: dict[str, Any] = {"user_id": USER, "as_of": now}
+            for setting in memory.get_maintenance_settings(user_id=USER):
+                key = pack_sql._SETTING_KEYS[setting.stability]
+                params[f"{key}_us"] = setting.review_cadence // timedelta(microseconds=1)
+                params[f"{key}_decay"] = int(setting.decay_per_cycle * 10000)
+            counted = f"SELECT count(*) FROM ({pack_sql.REPORT})"
+            scans, computed, reports, rows = [], [], [], 0
+            for _ in range(runs):
+                start = time.perf_counter()
+                con.execute(OUTCOME_SCAN, {"user_id": USER}).fetchall()
+                scans.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                con.execute(counted, params).fetchall()
+                computed.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                rows = len(memory.maintenance_report(user_id=USER))
+                reports.append((time.perf_counter() - start) * 1000)
+    middle = runs // 2
+    return ReportTiming(
+        REPORT_MEMORIES,
+        REPORT_OUTCOMES,
+        rows,
+        sorted(scans)[middle],
+        sorted(computed)[middle],
+        sorted(reports)[middle],
+    )
+
+
+def report_report(result: ReportTiming, console: Console) -> None:
+    table = Table(title="Pack maintenance report vs one scan of its outcome rows, one run (medians)")
+    columns = ("memories", "outcomes", "rows", "scan ms", "report (SQL) ms", "ratio", "client ms", "client ratio")
+    for column in (*columns, "target", ""):
+        table.add_column(column, justify="right")
+    ok = result.ratio <= REPORT_TARGET_RATIO
+    table.add_row(
+        f"{result.memories:,}",
+        f"{result.outcomes:,}",
+        f"{result.rows:,}",
+        f"{result.scan_ms:.1f}",
+        f"{result.computed_ms:.1f}",
+        f"{result.ratio:.2f}",
+        f"{result.report_ms:.1f}",
+        f"{result.client_ratio:.2f}",
+        f"<= {REPORT_TARGET_RATIO:.0f}",
+        "[green]ok[/]" if ok else "[red]above[/]",
+    )
+    console.print(table)
+
+
 def report(results: list[Comparison], console: Console) -> None:
     table = Table(title="Client overhead: throughput of the same call, client vs raw, one run")
     for column in (
@@ -472,11 +604,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--recall-only", action="store_true", help="only the pack recall measurement")
     parser.add_argument("--recall-calls", type=int, default=200, help="recall calls per query kind (default 200)")
+    parser.add_argument("--report-only", action="store_true", help="only the pack maintenance report measurement")
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 6)
     seconds = args.seconds or (2.0 if args.quick else 3.0)
 
     console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 150)
+    with console.status(f"DuckDB: pack maintenance report over {REPORT_MEMORIES:,} memories ..."):
+        maintenance = pack_maintenance()
+    report_ok = maintenance.ratio <= REPORT_TARGET_RATIO
+    if args.report_only:
+        if args.json:
+            print(
+                json.dumps(
+                    {**asdict(maintenance), "ratio": maintenance.ratio, "client_ratio": maintenance.client_ratio},
+                    indent=2,
+                )
+            )
+        else:
+            report_report(maintenance, console)
+        return 0 if report_ok else 1
     with console.status(f"DuckDB: pack recall over {RECALL_MEMORIES:,} memories ..."):
         recalls = pack_recall(args.recall_calls)
     recall_ok = all(r.median_ms <= RECALL_TARGET_MS for r in recalls)
@@ -503,7 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         report(results, console)
         recall_report(recalls, console)
-    return 0 if recall_ok and all(r.ratio >= r.target for r in results) else 1
+        report_report(maintenance, console)
+    return 0 if recall_ok and report_ok and all(r.ratio >= r.target for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         RecallHit,
         Receipt,
         ReplayResult,
+        ReviewSchedule,
         Snapshot,
     )
 
@@ -70,6 +71,7 @@ __all__ = [
     "RecallHit",
     "Receipt",
     "ReplayResult",
+    "ReviewSchedule",
     "Snapshot",
 ]
 

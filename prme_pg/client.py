@@ -103,6 +103,7 @@ from .models import (
     RecallHit,
     Receipt,
     ReplayResult,
+    ReviewSchedule,
     Snapshot,
 )
 from .outbox import Outbox, OutboxRecord
@@ -157,7 +158,7 @@ def add_node_request(
     salience_base: Fraction,
     stability: str,
     decay_profile: str,
-    next_review_at: datetime | None,
+    next_review_at: datetime | ReviewSchedule | None,
     node_id: UUID | str | None,
 ) -> AddNode:
     return AddNode(
@@ -170,7 +171,11 @@ def add_node_request(
         salience_base=parse_fraction("salience_base", salience_base),
         stability=stability,
         decay_profile=decay_profile,
-        next_review_at=parse_time("next_review_at", next_review_at),
+        next_review_at=(
+            next_review_at
+            if isinstance(next_review_at, ReviewSchedule)
+            else parse_time("next_review_at", next_review_at)
+        ),
         node_id=parse_optional_uuid("node_id", node_id),
     )
 
@@ -513,10 +518,12 @@ class MemoryClient:
         salience_base: Fraction = Decimal("0.5"),
         stability: str = "low",
         decay_profile: str = "medium",
-        next_review_at: datetime | None = None,
+        next_review_at: datetime | ReviewSchedule | None = ReviewSchedule.BY_CADENCE,
         node_id: UUID | str | None = None,
     ) -> Node:
-        """Create a memory (journaled as a create record). ``node_id`` may be given (PR409 if taken)."""
+        """Create a memory (journaled as a create record). Its first review is one cadence of its
+        stability away unless ``next_review_at`` gives a time, or ``None`` (no review schedule).
+        ``node_id`` may be given (PR409 if taken)."""
         return self._backend.execute(
             add_node_request(
                 content,
@@ -683,7 +690,7 @@ class MemoryClient:
         lifecycle_states: str | Iterable[str] | None = None,
         max_count: int = 50,
     ) -> list[Node]:
-        """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``; PostgreSQL only).
+        """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``).
 
         ``query`` matches words as recall does (``None`` or blank: every memory); the
         filters (``None`` = any) narrow; most query words first, then newest change
@@ -731,7 +738,7 @@ class MemoryClient:
         (``prme.assemble_prompt``; PostgreSQL only)."""
         return self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
 
-    # -- outcomes and maintenance (PostgreSQL only; docs/MAINTENANCE.md) --
+    # -- outcomes and maintenance (docs/MAINTENANCE.md) --
 
     def record_outcome(
         self,
@@ -746,7 +753,7 @@ class MemoryClient:
         request_id: UUID | str | None = None,
     ) -> Outcome:
         """Append an outcome event (explicit_reinforcement, implicit_success, neutral_exposure or
-        explicit_correction) to a memory (``prme.record_outcome``; PostgreSQL only).
+        explicit_correction) to a memory (``prme.record_outcome``).
 
         With ``request_id``, a retry with the same arguments returns the stored outcome with
         ``replayed=True``; reuse with anything else raises :class:`IdempotencyConflict`.
@@ -756,28 +763,27 @@ class MemoryClient:
         )
 
     def outcome_summary(self, node_id: UUID | str, *, user_id: str) -> OutcomeSummary:
-        """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
+        """Outcome counts, score and suggested stability of a memory."""
         return self._backend.execute(GetOutcomeSummary(user_id=user_id, node_id=parse_uuid("node_id", node_id)))
 
     def node_outcomes(self, node_id: UUID | str, *, user_id: str, max_count: int = 100) -> list[Outcome]:
-        """The outcome events of a memory, newest first, at most ``max_count`` (1..10000; PostgreSQL only)."""
+        """The outcome events of a memory, newest first, at most ``max_count`` (1..10000)."""
         return self._backend.execute(
             ListNodeOutcomes(user_id=user_id, node_id=parse_uuid("node_id", node_id), max_count=max_count)
         )
 
     def maintenance_report(self, *, user_id: str, as_of: datetime | None = None) -> list[MaintenanceRecommendation]:
         """What maintenance recommends for the memories of ``user_id``; changes nothing
-        (``prme.maintenance_report``; PostgreSQL only)."""
+        (``prme.maintenance_report``)."""
         return self._backend.execute(GetMaintenanceReport(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     def maintenance_patch(self, *, user_id: str, as_of: datetime | None = None) -> MaintenancePatch:
         """Store the actionable recommendations as a patch for review; changes no memory
-        (``prme.maintenance_patch``; PostgreSQL only)."""
+        (``prme.maintenance_patch``)."""
         return self._backend.execute(CreateMaintenancePatch(user_id=user_id, as_of=parse_time("as_of", as_of)))
 
     def get_patch(self, patch_id: UUID | str, *, user_id: str) -> MaintenancePatch:
-        """A stored patch with each op's status; :class:`NotFoundError` for another owner's
-        (PostgreSQL only)."""
+        """A stored patch with each op's status; :class:`NotFoundError` for another owner's."""
         return self._backend.execute(GetPatch(user_id=user_id, patch_id=parse_uuid("patch_id", patch_id)))
 
     def apply_patch(
@@ -788,7 +794,7 @@ class MemoryClient:
         user_id: str,
         mode: str = "manual",
     ) -> list[AppliedOp]:
-        """Apply ops of a patch (``prme.apply_patch``; PostgreSQL only).
+        """Apply ops of a patch (``prme.apply_patch``).
 
         ``mode="manual"`` applies exactly ``op_ids`` (a list, or one comma-separated
         string); ``mode="auto"`` (``op_ids=None``) applies decay ops and stability increases
@@ -807,12 +813,12 @@ class MemoryClient:
         """Link a correction message to the one active candidate memory it overlaps, appending
         an explicit_correction (``status="linked"``); with zero or several matches the message
         goes to the correction inbox instead (``unmatched`` / ``ambiguous``, ``inbox_id``)
-        (``prme.link_correction``; PostgreSQL only)."""
+        (``prme.link_correction``)."""
         return self._backend.execute(link_correction_request(message, candidate_node_ids, user_id, thread_id))
 
     def is_correction(self, message: str) -> bool:
         """Does ``message`` use explicit correction phrasing ("don't …", "no, …", "actually …")?
-        Reads nothing (``prme.is_correction``; PostgreSQL only)."""
+        Reads nothing (``prme.is_correction``)."""
         return self._backend.execute(IsCorrection(message=message))
 
     def list_correction_inbox(
@@ -834,7 +840,7 @@ class MemoryClient:
 
     def mark_reviewed(self, node_id: UUID | str, *, user_id: str, next_review_at: datetime | None = None) -> Node:
         """Record a review: ``next_review_at`` (default: one cadence of its stability from now)
-        and every outcome so far counts as seen (``prme.mark_reviewed``; PostgreSQL only)."""
+        and every outcome so far counts as seen (``prme.mark_reviewed``)."""
         return self._backend.execute(mark_reviewed_request(node_id, user_id, next_review_at))
 
     def get_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
@@ -847,7 +853,7 @@ class MemoryClient:
     ) -> list[MaintenanceSetting]:
         """Override the review cadence (1 hour to 3650 days, whole seconds) and decay per
         overdue cycle ([0, 1]) of one stability for ``user_id``; returns the effective
-        settings (PostgreSQL only)."""
+        settings."""
         return self._backend.execute(
             set_maintenance_setting_request(stability, user_id, review_cadence, decay_per_cycle)
         )

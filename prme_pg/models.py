@@ -7,6 +7,7 @@ UTC :class:`~datetime.datetime`, ids are :class:`~uuid.UUID`.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -35,8 +36,16 @@ __all__ = [
     "RecallHit",
     "Receipt",
     "ReplayResult",
+    "ReviewSchedule",
     "Snapshot",
 ]
+
+
+class ReviewSchedule(enum.Enum):
+    """How ``add_node`` schedules a memory's first review when no time is given."""
+
+    #: One review cadence of its stability after creation (the owner's setting): the default.
+    BY_CADENCE = "by_cadence"
 
 
 @dataclass(frozen=True, slots=True)

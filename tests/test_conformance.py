@@ -115,6 +115,26 @@ def test_add_node_returns_every_column_typed(memory: MemoryClient) -> None:
     assert memory.get_node(str(node.id), user_id=ALICE) == node
 
 
+@pytest.mark.parametrize(("stability", "cadence"), [("low", 7), ("semi-stable", 30), ("stable", 90)])
+def test_a_new_memory_is_due_one_cadence_after_it_was_created(
+    memory: MemoryClient, stability: str, cadence: int
+) -> None:
+    """No date given: the first review is one review cadence of its stability away (the
+    default settings), so decay happens without the caller managing dates."""
+    node = fresh(memory, stability=stability)
+    assert node.next_review_at == node.created_at + timedelta(days=cadence)
+    assert memory.get_node(node.id, user_id=ALICE).next_review_at == node.next_review_at
+
+
+def test_a_new_memory_with_a_time_or_none_keeps_it(memory: MemoryClient) -> None:
+    """A given time is the first review; None, given explicitly, is no review schedule."""
+    when = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    assert fresh(memory, next_review_at=when).next_review_at == when
+    unscheduled = fresh(memory, next_review_at=None)
+    assert unscheduled.next_review_at is None
+    assert memory.get_node(unscheduled.id, user_id=ALICE).next_review_at is None
+
+
 def test_add_node_with_given_id_and_reuse(engine: Engine, memory: MemoryClient) -> None:
     node_id = uuid.uuid4()
     node = fresh(memory, node_id=node_id)

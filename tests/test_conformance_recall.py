@@ -241,3 +241,29 @@ def test_a_pack_written_before_the_word_index_is_indexed_when_opened(tmp_path: P
         version = con.execute("SELECT value FROM prme.pack_info WHERE key = 'recall_words'").fetchone()
     assert words == (["prefer", "space", "tab"],)
     assert version == ("1",)
+
+
+# -- find_nodes: the review search (sql/postgres/315_find_nodes.sql) ----------------------
+
+
+def test_find_nodes_matches_words_in_any_state_and_filters(engine: Engine, memory: MemoryClient) -> None:
+    tabs = memory.add_node("alice indents with tabs", user_id="alice", scope="work", stability="stable")
+    both = memory.add_node("tabs and spaces, alice mixes them", user_id="alice")
+    archived = memory.add_node("spaces only", user_id="alice")
+    memory.archive_node(archived.id, user_id="alice")
+    memory.add_node("bob uses tabs", user_id="bob")
+    found = memory.find_nodes("tabs spaces", user_id="alice")
+    # Most of the query's words first (both has two), then the newest change.
+    assert [n.id for n in found] == [both.id, archived.id, tabs.id]
+    assert found[1].lifecycle_state == "archived" and found[0] == memory.get_node(both.id, user_id="alice")
+    assert [n.id for n in memory.find_nodes("tabs", user_id="alice", scopes=["work"])] == [tabs.id]
+    assert [n.id for n in memory.find_nodes("tabs", user_id="alice", stabilities=["stable"])] == [tabs.id]
+    archived_only = memory.find_nodes(None, user_id="alice", lifecycle_states=["archived"])
+    assert [n.id for n in archived_only] == [archived.id]
+    assert [n.id for n in memory.find_nodes(" ", user_id="alice", max_count=2)] == [archived.id, both.id]
+    assert memory.find_nodes("the and of", user_id="alice") == [], "only stop words"
+    for bad in ({"stabilities": ["rock"]}, {"lifecycle_states": ["gone"]}, {"max_count": 0}, {"scopes": ["Work"]}):
+        with pytest.raises(InvalidInput):
+            memory.find_nodes("tabs", user_id="alice", **bad)
+    with pytest.raises(InvalidInput, match="at most 1024 distinct search terms"):
+        memory.find_nodes(" ".join(f"word{n}x" for n in range(1100)), user_id="alice")

@@ -31,10 +31,8 @@ from prme_pg import (
     NotFoundError,
     Outcome,
     OutcomeSummary,
-    PrmeError,
     cli,
 )
-from prme_pg.errors import NotOnPack
 from tests.test_http import Api, _problem
 
 from .live_server import serve
@@ -188,28 +186,21 @@ def test_async_client_matches_the_sync_client(db_dsn: str) -> None:
 # -- memory packs refuse clearly ------------------------------------------------------
 
 
-def test_memory_packs_refuse_outcomes_and_maintenance(tmp_path: Path) -> None:
+def test_memory_packs_answer_outcomes_and_maintenance_async(tmp_path: Path) -> None:
+    """The async client on a pack runs outcomes, reports and patches like the sync one
+    (tests/test_conformance_maintenance.py holds both engines equal)."""
     node_id = uuid.uuid4()
-    with MemoryClient(tmp_path / "pack") as memory:
-        calls = [
-            lambda: memory.record_outcome(node_id, "implicit_success", user_id="alice"),
-            lambda: memory.outcome_summary(node_id, user_id="alice"),
-            lambda: memory.maintenance_report(user_id="alice"),
-            lambda: memory.maintenance_patch(user_id="alice"),
-            lambda: memory.get_patch(node_id, user_id="alice"),
-            lambda: memory.apply_patch(node_id, ["op_001"], user_id="alice"),
-        ]
-        for call in calls:
-            with pytest.raises(PrmeError, match="needs PostgreSQL") as raised:
-                call()
-            assert type(raised.value) is NotOnPack
 
     async def run() -> None:
-        async with AsyncMemoryClient(tmp_path / "pack2") as memory:
-            with pytest.raises(PrmeError, match="RecordOutcome needs PostgreSQL"):
+        async with AsyncMemoryClient(tmp_path / "pack") as memory:
+            with pytest.raises(NotFoundError):
                 await memory.record_outcome(node_id, "implicit_success", user_id="alice")
-            with pytest.raises(PrmeError, match="MaintenanceReport needs PostgreSQL"):
-                await memory.maintenance_report(user_id="alice")
+            assert await memory.maintenance_report(user_id="alice") == []
+            patch = await memory.maintenance_patch(user_id="alice")
+            assert patch.ops == ()
+            assert await memory.apply_patch(patch.patch_id, user_id="alice", mode="auto") == []
+            with pytest.raises(NotFoundError):
+                await memory.get_patch(node_id, user_id="alice")
 
     asyncio.run(run())
 
@@ -542,27 +533,6 @@ def test_async_client_corrections_reviews_and_settings(db_dsn: str) -> None:
             assert await memory.reset_maintenance_settings(user_id="alice") == _defaults()
 
     asyncio.run(run())
-
-
-def test_memory_packs_refuse_corrections_reviews_and_settings(tmp_path: Path) -> None:
-    node_id = uuid.uuid4()
-    with MemoryClient(tmp_path / "pack") as memory:
-        calls = {
-            "LinkCorrection": lambda: memory.link_correction(CORRECTION, [node_id], user_id="alice"),
-            "IsCorrection": lambda: memory.is_correction(CORRECTION),
-            "ListCorrectionInbox": lambda: memory.list_correction_inbox(user_id="alice"),
-            "ResolveCorrection": lambda: memory.resolve_correction(node_id, user_id="alice"),
-            "MarkReviewed": lambda: memory.mark_reviewed(node_id, user_id="alice"),
-            "GetMaintenanceSettings": lambda: memory.get_maintenance_settings(user_id="alice"),
-            "SetMaintenanceSetting": lambda: memory.set_maintenance_setting(
-                "low", user_id="alice", review_cadence=timedelta(days=1), decay_per_cycle=0
-            ),
-            "ResetMaintenanceSettings": lambda: memory.reset_maintenance_settings(user_id="alice"),
-        }
-        for name, call in calls.items():
-            with pytest.raises(PrmeError, match=f"{name} needs PostgreSQL") as raised:
-                call()
-            assert type(raised.value) is NotOnPack
 
 
 def test_http_corrections_and_inbox(api: Api) -> None:

@@ -793,3 +793,26 @@ def test_upgrading_to_report_on_the_memory_row_loses_nothing(pg_server: testing.
         conn.execute("SELECT prme.mark_reviewed('dave', %s)", [node])
         assert conn.execute(totals, [node]).fetchone() == (1, 1)
         assert conn.execute("SELECT prme._rebuild_outcome_totals('dave')").fetchone() == (0,)
+
+
+def test_upgrading_to_review_from_start_keeps_old_memories_and_schedules_new_ones(pg_server: testing.Server) -> None:
+    """A database filled through the release before review_from_start upgrades with every row kept
+    as it was (a memory created without next_review_at stays unscheduled), and from then on a new
+    memory is due one cadence of its stability (the owner's setting) after it was created, unless a
+    time or 'infinity' (no schedule) is given."""
+    with filled_before(pg_server, "review_from_start") as (conn, every, target):
+        add = "SELECT next_review_at - created_at FROM prme.add_node('alice', 'x', stability => %s)"
+        assert conn.execute(add, ["semi-stable"]).fetchone()[0] is None, "unscheduled before"
+        unscheduled = conn.execute("SELECT count(*) FROM prme.nodes WHERE next_review_at IS NULL").fetchone()[0]
+
+        before = _rows(conn)
+        migrations.migrate(conn, [m for m in every if m.version <= target])
+        assert _rows_kept(conn, before) == before
+        assert conn.execute("SELECT count(*) FROM prme.nodes WHERE next_review_at IS NULL").fetchone()[0] == unscheduled
+        # alice's own low cadence is 3 days (FILL_BEFORE); semi-stable is the default's 30 days.
+        assert conn.execute(add, ["low"]).fetchone()[0] == timedelta(days=3)
+        assert conn.execute(add, ["semi-stable"]).fetchone()[0] == timedelta(days=30)
+        never = "SELECT next_review_at FROM prme.add_node('alice', 'x', next_review_at => 'infinity')"
+        assert conn.execute(never).fetchone()[0] is None
+        for owner in ("alice", "bob"):
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []

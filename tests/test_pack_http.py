@@ -2,7 +2,7 @@
 
 Tokens live in the pack (sha256 only, one owner each), minted by `prme-pg token create
 --pack`; the routes answer as they do over PostgreSQL; what a pack does not have (the
-operations ledger, outcomes and maintenance for now) is 501 problem+json, never a 500.
+operations ledger) is 501 problem+json, never a 500.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,68 @@ def test_confirmations_over_a_pack_count_once_per_key_and_owners_are_isolated(pa
         _problem(bob.put(f"/v1/nodes/{node_id}/reinforce"), 404, "PR404")
         _problem(alice.put("/v1/nodes/not-a-uuid/reinforce"), 422, "PR422")
         assert alice.get(f"/v1/nodes/{node_id}").json()["version"] == 2
+
+
+def test_a_new_memory_over_http_is_scheduled_unless_null_is_sent(pack_api: PackApi) -> None:
+    """next_review_at omitted: one review cadence of its stability ahead; null: no schedule;
+    a time: that time."""
+    with pack_api.client(pack_api.alice) as alice:
+        scheduled = alice.post("/v1/nodes", json={"content": "x", "stability": "semi-stable"}).json()
+        created = datetime.fromisoformat(scheduled["created_at"])
+        assert datetime.fromisoformat(scheduled["next_review_at"]) - created == timedelta(days=30)
+        assert alice.post("/v1/nodes", json={"content": "x", "next_review_at": None}).json()["next_review_at"] is None
+        given = alice.post("/v1/nodes", json={"content": "x", "next_review_at": "2031-01-02T03:04:05Z"}).json()
+        assert datetime.fromisoformat(given["next_review_at"]) == datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def test_outcomes_over_a_pack(pack_api: PackApi) -> None:
+    """record_outcome (201, a replay 200), the summary, and owners isolated, as over PostgreSQL."""
+    with pack_api.client(pack_api.alice) as alice, pack_api.client(pack_api.bob) as bob:
+        node_id = alice.post("/v1/nodes", json={"content": "prefers tabs"}).json()["id"]
+        key = {"Idempotency-Key": str(uuid.uuid4())}
+        first = alice.post(f"/v1/nodes/{node_id}/outcomes", json={"outcome": "implicit_success"}, headers=key)
+        assert first.status_code == 201, first.text
+        again = alice.post(f"/v1/nodes/{node_id}/outcomes", json={"outcome": "implicit_success"}, headers=key)
+        assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+        assert again.json()["id"] == first.json()["id"]
+        _problem(alice.post(f"/v1/nodes/{node_id}/outcomes", json={"outcome": "liked"}), 422, "PR422")
+        _problem(bob.post(f"/v1/nodes/{node_id}/outcomes", json={"outcome": "implicit_success"}), 404, "PR404")
+        summary = alice.get(f"/v1/nodes/{node_id}/outcomes/summary")
+        assert summary.status_code == 200, summary.text
+        assert (summary.json()["implicit_successes"], summary.json()["outcomes"]) == (1, 1)
+
+
+def test_corrections_and_maintenance_over_a_pack(pack_api: PackApi) -> None:
+    """Correction detection and linking, the report, a patch applied, reviews and settings, as
+    over PostgreSQL; owners isolated."""
+    overdue = (datetime.now(UTC) - timedelta(days=10)).isoformat()
+    with pack_api.client(pack_api.alice) as alice, pack_api.client(pack_api.bob) as bob:
+        node = alice.post("/v1/nodes", json={"content": "alice indents code with tabs", "next_review_at": overdue})
+        node_id = node.json()["id"]
+        detect = alice.post("/v1/corrections/detect", json={"message": "No, spaces"})
+        assert detect.status_code == 200 and detect.json() == {"is_correction": True}
+        link = alice.post(
+            "/v1/corrections", json={"message": "no, alice indents code with spaces", "candidate_node_ids": [node_id]}
+        )
+        assert link.status_code == 201, link.text
+        assert (link.json()["status"], link.json()["node_id"]) == ("linked", node_id)
+        report = alice.get("/v1/maintenance/report")
+        assert report.status_code == 200, report.text
+        [row] = report.json()["recommendations"]
+        assert row["recommendations"] == ["decay_confidence", "review_due", "review_memory"]
+        assert bob.get("/v1/maintenance/report").json()["recommendations"] == []
+        patch = alice.post("/v1/maintenance/patches", json={})
+        assert patch.status_code == 201, patch.text
+        patch_id = patch.json()["patch_id"]
+        _problem(bob.get(f"/v1/maintenance/patches/{patch_id}"), 404, "PR404")
+        applied = alice.post(f"/v1/maintenance/patches/{patch_id}/apply", json={"mode": "auto"})
+        assert applied.status_code == 200, applied.text
+        assert [r["status"] for r in applied.json()["results"]] == ["applied"]
+        reviewed = alice.post(f"/v1/nodes/{node_id}/review", json={})
+        assert reviewed.status_code == 200, reviewed.text
+        assert alice.get("/v1/maintenance/report").json()["recommendations"] == []
+        settings = alice.get("/v1/maintenance/settings")
+        assert settings.status_code == 200, settings.text
 
 
 def test_recall_snapshots_and_prompts_over_a_pack(pack_api: PackApi) -> None:

@@ -43,6 +43,7 @@ from ..models import (
     RecallHit,
     Receipt,
     ReplayResult,
+    ReviewSchedule,
     Snapshot,
 )
 
@@ -116,7 +117,9 @@ class AddNode(Request[Node]):
     salience_base: Decimal
     stability: str
     decay_profile: str
-    next_review_at: datetime | None
+    # A time; ReviewSchedule.BY_CADENCE (one cadence of its stability after creation); or
+    # None, no review schedule (PostgreSQL: 'infinity').
+    next_review_at: datetime | ReviewSchedule | None
     node_id: UUID | None
 
 
@@ -198,7 +201,7 @@ class ListNodeEvidence(Request[list[Event]]):
 
 @dataclass(frozen=True, slots=True)
 class ListNodeOutcomes(Request[list[Outcome]]):
-    """The outcome events of one node, newest first (PostgreSQL only)."""
+    """The outcome events of one node, newest first."""
 
     user_id: str
     node_id: UUID
@@ -207,7 +210,7 @@ class ListNodeOutcomes(Request[list[Outcome]]):
 
 @dataclass(frozen=True, slots=True)
 class FindNodes(Request[list[Node]]):
-    """Memories in any lifecycle state by recall's word matching and filters (PostgreSQL only)."""
+    """Memories in any lifecycle state by recall's word matching and filters."""
 
     user_id: str
     query: str | None
@@ -395,7 +398,7 @@ class AssemblePrompt(Request[AssembledPrompt]):
 
 @dataclass(frozen=True, slots=True)
 class RecordOutcome(Request[Outcome]):
-    """Append an outcome event to a memory of user_id (PostgreSQL only)."""
+    """Append an outcome event to a memory of user_id."""
 
     user_id: str
     node_id: UUID
@@ -409,7 +412,7 @@ class RecordOutcome(Request[Outcome]):
 
 @dataclass(frozen=True, slots=True)
 class GetOutcomeSummary(Request[OutcomeSummary]):
-    """Outcome counts, score and suggested stability of a memory (PostgreSQL only)."""
+    """Outcome counts, score and suggested stability of a memory."""
 
     user_id: str
     node_id: UUID
@@ -417,7 +420,7 @@ class GetOutcomeSummary(Request[OutcomeSummary]):
 
 @dataclass(frozen=True, slots=True)
 class GetMaintenanceReport(Request[list[MaintenanceRecommendation]]):
-    """Maintenance recommendations for the memories of user_id; changes nothing (PostgreSQL only)."""
+    """Maintenance recommendations for the memories of user_id; changes nothing."""
 
     user_id: str
     as_of: datetime | None
@@ -425,7 +428,7 @@ class GetMaintenanceReport(Request[list[MaintenanceRecommendation]]):
 
 @dataclass(frozen=True, slots=True)
 class CreateMaintenancePatch(Request[MaintenancePatch]):
-    """Store the actionable recommendations as a patch for review (PostgreSQL only)."""
+    """Store the actionable recommendations as a patch for review."""
 
     user_id: str
     as_of: datetime | None
@@ -433,7 +436,7 @@ class CreateMaintenancePatch(Request[MaintenancePatch]):
 
 @dataclass(frozen=True, slots=True)
 class GetPatch(Request[MaintenancePatch]):
-    """A stored maintenance patch of user_id with each op's status (PostgreSQL only)."""
+    """A stored maintenance patch of user_id with each op's status."""
 
     user_id: str
     patch_id: UUID
@@ -441,7 +444,7 @@ class GetPatch(Request[MaintenancePatch]):
 
 @dataclass(frozen=True, slots=True)
 class ApplyPatch(Request[list[AppliedOp]]):
-    """Apply ops of a patch: manual (exactly op_ids) or auto (op_ids None) (PostgreSQL only)."""
+    """Apply ops of a patch: manual (exactly op_ids) or auto (op_ids None)."""
 
     user_id: str
     patch_id: UUID
@@ -452,7 +455,7 @@ class ApplyPatch(Request[list[AppliedOp]]):
 @dataclass(frozen=True, slots=True)
 class LinkCorrection(Request[CorrectionLink]):
     """Link a correction message to the one candidate memory it overlaps, or put it in the
-    correction inbox (PostgreSQL only)."""
+    correction inbox."""
 
     user_id: str
     message: str
@@ -462,14 +465,14 @@ class LinkCorrection(Request[CorrectionLink]):
 
 @dataclass(frozen=True, slots=True)
 class IsCorrection(Request[bool]):
-    """Does a message use explicit correction phrasing? Reads nothing (PostgreSQL only)."""
+    """Does a message use explicit correction phrasing? Reads nothing."""
 
     message: str
 
 
 @dataclass(frozen=True, slots=True)
 class ListCorrectionInbox(Request[list[CorrectionInboxEntry]]):
-    """The correction inbox of user_id, oldest first (PostgreSQL only)."""
+    """The correction inbox of user_id, oldest first."""
 
     user_id: str
     include_resolved: bool
@@ -479,7 +482,7 @@ class ListCorrectionInbox(Request[list[CorrectionInboxEntry]]):
 @dataclass(frozen=True, slots=True)
 class ResolveCorrection(Request[CorrectionInboxEntry]):
     """Link an inbox entry to a memory (appending the correction), or dismiss it with
-    node_id None (PostgreSQL only)."""
+    node_id None."""
 
     user_id: str
     inbox_id: UUID
@@ -488,7 +491,7 @@ class ResolveCorrection(Request[CorrectionInboxEntry]):
 
 @dataclass(frozen=True, slots=True)
 class MarkReviewed(Request[Node]):
-    """Record a review of a memory: a new next_review_at, outcomes so far settled (PostgreSQL only)."""
+    """Record a review of a memory: a new next_review_at, outcomes so far settled."""
 
     user_id: str
     node_id: UUID
@@ -497,14 +500,14 @@ class MarkReviewed(Request[Node]):
 
 @dataclass(frozen=True, slots=True)
 class GetMaintenanceSettings(Request[list[MaintenanceSetting]]):
-    """The effective review cadence and decay of user_id per stability (PostgreSQL only)."""
+    """The effective review cadence and decay of user_id per stability."""
 
     user_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class SetMaintenanceSetting(Request[list[MaintenanceSetting]]):
-    """Override the review cadence and decay of one stability for user_id (PostgreSQL only)."""
+    """Override the review cadence and decay of one stability for user_id."""
 
     user_id: str
     stability: str
@@ -514,7 +517,7 @@ class SetMaintenanceSetting(Request[list[MaintenanceSetting]]):
 
 @dataclass(frozen=True, slots=True)
 class ResetMaintenanceSettings(Request[list[MaintenanceSetting]]):
-    """Remove user_id's overrides: the defaults apply again (PostgreSQL only)."""
+    """Remove user_id's overrides: the defaults apply again."""
 
     user_id: str
 

@@ -29,8 +29,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from decimal import Decimal
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -39,15 +40,25 @@ import duckdb
 from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, NotOnPack, PrmeError
 from ..journal import canonical_json
 from ..models import (
+    AppliedOp,
     AssembledPrompt,
+    CorrectionInboxEntry,
+    CorrectionLink,
+    CorrectionMatch,
     Event,
     JournalIssue,
     JournalRecord,
+    MaintenancePatch,
+    MaintenanceRecommendation,
+    MaintenanceSetting,
     Node,
     NodeHead,
+    Outcome,
+    OutcomeSummary,
     PublishResult,
     RecallHit,
     ReplayResult,
+    ReviewSchedule,
     Snapshot,
 )
 from ..validation import require_utf8, valid_user_id
@@ -248,7 +259,7 @@ UPDATE_NODE = (
     "UPDATE prme.nodes SET namespace = namespace, scope = scope, kind = kind, content = content, "
     "confidence_base = $confidence_base, salience_base = salience_base, "
     "reinforcement_boost = $reinforcement_boost, last_reinforced_at = $last_reinforced_at, "
-    "stability = stability, next_review_at = next_review_at, lifecycle_state = $lifecycle_state, "
+    "stability = $stability, next_review_at = $next_review_at, lifecycle_state = $lifecycle_state, "
     "decay_profile = decay_profile, created_at = created_at, updated_at = $updated_at, version = $version, "
     "last_checksum = $last_checksum "
     "WHERE user_id = $user_id AND id = $id AND version = $version - 1"
@@ -305,6 +316,11 @@ NODE_EVIDENCE = (
     "ORDER BY e.occurred_at, e.id LIMIT $max_count"
 )
 NODE_EXISTS = "SELECT 1 FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
+# prme._maintenance_setting: the owner's row for the stability, else the default ('*').
+MAINTENANCE_SETTING = (
+    "SELECT review_cadence, decay_per_cycle FROM prme.maintenance_settings "
+    "WHERE user_id IN ($user_id, '*') AND stability = $stability ORDER BY user_id = '*' LIMIT 1"
+)
 
 
 # -- records: sql/postgres/040 and 060 (_node_state, _journal_record_v2), built in Python --
@@ -358,6 +374,30 @@ def node_state_text(node: Mapping[str, Any]) -> str:
 
 def _uuid_text(value: uuid.UUID | None) -> str:
     return "null" if value is None else f'"{value}"'
+
+
+def journal_entry(
+    op: str,
+    policy: str | None,
+    node: Mapping[str, Any],
+    after: Mapping[str, Any],
+    operation_id: uuid.UUID,
+    now: datetime,
+    *,
+    evidence_id: uuid.UUID | None = None,
+    request_id: uuid.UUID | None = None,
+) -> tuple[str, str]:
+    """prme._journal_record_v2 of a change of node into after, and its checksum."""
+    prev = node["last_checksum"]
+    record = (
+        f'{{"after":{node_state_text(after)},"before":{node_state_text(node)}'
+        f',"evidence_id":{_uuid_text(evidence_id)},"node_id":"{node["id"]}","op":{_json_text(op)}'
+        f',"operation_id":"{operation_id}","policy":{"null" if policy is None else _json_text(policy)}'
+        f',"prev_checksum":{"null" if prev is None else f"{chr(34)}{prev}{chr(34)}"}'
+        f',"recorded_at":{_json_time_text(now)},"request_id":{_uuid_text(request_id)}'
+        f',"user_id":{_json_text(node["user_id"])},"version":2}}'
+    )
+    return record, hashlib.sha256(record.encode("utf-8")).hexdigest()
 
 
 def reinforce_entry(
@@ -639,6 +679,15 @@ class DuckDBBackend:
                     self._rollback(con)
                     raise
 
+    def read(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """Run ``work``, which reads with one statement, under the pack lock, without BEGIN and
+        COMMIT (the statement is its own transaction): recall's hot path."""
+        with self.lock:
+            con = self._con
+            if con is None:
+                raise PackClosedError(f"the memory pack at {self.path} is closed")
+            return work(con)
+
     @staticmethod
     def _rollback(con: duckdb.DuckDBPyConnection) -> None:
         with contextlib.suppress(duckdb.Error):  # a failed COMMIT has already rolled back
@@ -695,31 +744,37 @@ class DuckDBBackend:
             case Recall():
                 return self.recall(request)
             case FindNodes():
-                raise NotOnPack(
-                    "FindNodes needs PostgreSQL: a memory pack has no review search yet "
-                    "(open the client with a postgresql:// DSN)"
-                )
-            case (
-                RecordOutcome()
-                | ListNodeOutcomes()
-                | GetOutcomeSummary()
-                | GetMaintenanceReport()
-                | CreateMaintenancePatch()
-                | GetPatch()
-                | ApplyPatch()
-                | LinkCorrection()
-                | IsCorrection()
-                | ListCorrectionInbox()
-                | ResolveCorrection()
-                | MarkReviewed()
-                | GetMaintenanceSettings()
-                | SetMaintenanceSetting()
-                | ResetMaintenanceSettings()
-            ):
-                raise NotOnPack(
-                    f"{type(request).__name__} needs PostgreSQL: a memory pack has no outcomes or maintenance "
-                    "(open the client with a postgresql:// DSN)"
-                )
+                return self.find_nodes(request)
+            case RecordOutcome():
+                return self.record_outcome(request)
+            case GetOutcomeSummary():
+                return self.outcome_summary(request)
+            case ListNodeOutcomes():
+                return self.node_outcomes(request)
+            case LinkCorrection():
+                return self.link_correction(request)
+            case IsCorrection():
+                return is_correction_text(request.message)
+            case ListCorrectionInbox():
+                return self.list_correction_inbox(request)
+            case ResolveCorrection():
+                return self.resolve_correction(request)
+            case GetMaintenanceSettings():
+                return self.maintenance_settings(request)
+            case SetMaintenanceSetting():
+                return self.set_maintenance_setting(request)
+            case ResetMaintenanceSettings():
+                return self.reset_maintenance_settings(request)
+            case MarkReviewed():
+                return self.mark_reviewed(request)
+            case GetMaintenanceReport():
+                return self.maintenance_report(request)
+            case CreateMaintenancePatch():
+                return self.maintenance_patch(request)
+            case GetPatch():
+                return self.get_patch(request)
+            case ApplyPatch():
+                return self.apply_patch(request)
             case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():
                 raise NotOnPack(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no operations ledger "
@@ -744,21 +799,32 @@ class DuckDBBackend:
             raise InvalidInput("stability must be low, semi-stable or stable")
         if request.decay_profile not in _DECAY_PROFILES:
             raise InvalidInput("decay_profile must be permanent, slow, medium, fast or rapid")
+        by_cadence = request.next_review_at is ReviewSchedule.BY_CADENCE
         params.update(
             stability=request.stability,
             decay_profile=request.decay_profile,
-            next_review_at=valid_timestamp("next_review_at", request.next_review_at),
+            next_review_at=(
+                None
+                if isinstance(request.next_review_at, ReviewSchedule)
+                else valid_timestamp("next_review_at", request.next_review_at)
+            ),
         )
 
         def work(con: duckdb.DuckDBPyConnection) -> Node:
             operation_id = self._new_id()
+            now = self._clock()
+            review = params["next_review_at"]
+            if by_cadence:
+                # On a review schedule from the start: one cadence of its stability ahead.
+                review = now + self._setting(con, str(params["user_id"]), request.stability)[0]
             entry = con.execute(
                 CREATE_ENTRY,
                 {
                     **params,
+                    "next_review_at": review,
                     "node_id": request.node_id or self._new_id(),
                     "operation_id": operation_id,
-                    "now": self._clock(),
+                    "now": now,
                 },
             ).fetchone()
             assert entry is not None
@@ -772,6 +838,14 @@ class DuckDBBackend:
             return _node(state)
 
         return self.run(work)
+
+    @staticmethod
+    def _setting(con: duckdb.DuckDBPyConnection, user_id: str, stability: str) -> tuple[timedelta, Decimal]:
+        """prme._maintenance_setting: the owner's review cadence and decay per cycle for a
+        stability, else the default's."""
+        row = con.execute(MAINTENANCE_SETTING, {"user_id": user_id, "stability": stability}).fetchone()
+        assert row is not None  # the defaults are rows of the pack
+        return row[0], row[1]
 
     def add_event(self, request: AddEvent) -> Event:
         params = {
@@ -909,6 +983,568 @@ class DuckDBBackend:
 
         return self.run(work)
 
+    # -- outcomes: sql/postgres/210_outcomes.sql, 215_node_outcomes.sql --
+
+    def record_outcome(self, request: RecordOutcome) -> Outcome:
+        user_id = valid_user_id(request.user_id)
+        outcome = _valid_outcome(request.outcome)
+        profile_id = _valid_ref("profile_id", request.profile_id)
+        thread_id = _valid_ref("thread_id", request.thread_id)
+        notes = _valid_notes(request.notes)
+        if request.node_id is None:
+            raise InvalidInput("node_id must not be null")
+
+        def work(con: duckdb.DuckDBPyConnection) -> Outcome:
+            node = self._node_row(con, user_id, request.node_id)
+            if node is None:
+                raise NotFoundError("node not found")
+            # A key bound to this same call is a replay, even of an archived node.
+            if request.request_id is not None:
+                key = con.execute(
+                    REINFORCE_KEY,
+                    {"user_id": user_id, "namespace": node["namespace"], "request_id": request.request_id},
+                ).fetchone()
+                if key is not None:
+                    if key != ("record_outcome", request.node_id, request.evidence_id):
+                        raise IdempotencyConflict(
+                            "request_id was already used for another request "
+                            "(an idempotency key is bound to one operation, node and evidence)"
+                        )
+                    stored = _fetch_dicts(
+                        con.execute(
+                            OUTCOME_BY_KEY,
+                            {"user_id": user_id, "node_id": request.node_id, "request_id": request.request_id},
+                        )
+                    )[0]
+                    if (stored["outcome"], stored["profile_id"], stored["thread_id"], stored["notes"]) != (
+                        outcome,
+                        profile_id,
+                        thread_id,
+                        notes,
+                    ):
+                        raise IdempotencyConflict(
+                            "request_id was already used for another request "
+                            "(this key recorded another outcome, profile_id, thread_id or notes)"
+                        )
+                    return _outcome(stored, replayed=True)
+            if node["lifecycle_state"] == "archived":
+                raise NotFoundError("node not found")
+            if request.evidence_id is not None and (
+                con.execute(
+                    REINFORCE_EVIDENCE,
+                    {"user_id": user_id, "evidence_id": request.evidence_id, "scope": node["scope"]},
+                ).fetchone()
+                is None
+            ):
+                raise NotFoundError("evidence not found")
+            now = self._clock()
+            if request.request_id is not None:
+                con.execute(
+                    INSERT_REQUEST_KEY,
+                    {
+                        "user_id": user_id,
+                        "namespace": node["namespace"],
+                        "request_id": request.request_id,
+                        "operation": "record_outcome",
+                        "node_id": request.node_id,
+                        "evidence_id": request.evidence_id,
+                        "node_version": node["version"],
+                        "created_at": now,
+                    },
+                )
+            row = self._add_outcome(
+                con,
+                user_id=user_id,
+                node_id=request.node_id,
+                outcome=outcome,
+                evidence_id=request.evidence_id,
+                profile_id=profile_id,
+                thread_id=thread_id,
+                notes=notes,
+                request_id=request.request_id,
+                recorded_by="record_outcome",
+                node_version=node["version"],
+                created_at=now,
+            )
+            return _outcome(row, replayed=False)
+
+        return self.run(work)
+
+    def _add_outcome(self, con: duckdb.DuckDBPyConnection, **values: Any) -> dict[str, Any]:
+        """prme._add_outcome: append one outcome row (the caller validated everything)."""
+        row = {"id": self._new_id(), "weight": _OUTCOME_WEIGHTS[values["outcome"]], **values}
+        con.execute(INSERT_OUTCOME, row)
+        return row
+
+    @staticmethod
+    def _node_row(con: duckdb.DuckDBPyConnection, user_id: str, node_id: uuid.UUID) -> dict[str, Any] | None:
+        found = con.execute(REINFORCE_NODE, {"user_id": user_id, "node_id": node_id}).fetchone()
+        return None if found is None else cast(dict[str, Any], found[0])
+
+    def outcome_summary(self, request: GetOutcomeSummary) -> OutcomeSummary:
+        user_id = valid_user_id(request.user_id)
+        if request.node_id is None:
+            raise InvalidInput("node_id must not be null")
+
+        def work(con: duckdb.DuckDBPyConnection) -> OutcomeSummary:
+            row = con.execute(OUTCOME_TOTALS, {"user_id": user_id, "node_id": request.node_id}).fetchone()
+            if row is None:
+                raise NotFoundError("node not found")
+            er, isx, ne, ec, last_row, confirmations, last_reinforced_at = row
+            # Confirmations are their journal records; outcome rows are counted apart.
+            er += confirmations
+            last = [t for t in (last_row, last_reinforced_at if confirmations > 0 else None) if t is not None]
+            return OutcomeSummary(
+                explicit_reinforcements=er,
+                implicit_successes=isx,
+                neutral_exposures=ne,
+                explicit_corrections=ec,
+                outcomes=er + isx + ne + ec,
+                score=_outcome_score(er, isx, ne, ec),
+                suggested_stability=_suggested_stability(er, isx, ne, ec),
+                last_outcome_at=_utc(max(last)) if last else None,
+            )
+
+        return self.run(work)
+
+    def node_outcomes(self, request: ListNodeOutcomes) -> list[Outcome]:
+        user_id = valid_user_id(request.user_id)
+        if request.node_id is None:
+            raise InvalidInput("node_id must not be null")
+        max_count = _valid_max_count(request.max_count)
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[Outcome]:
+            if con.execute(NODE_EXISTS, {"user_id": user_id, "node_id": request.node_id}).fetchone() is None:
+                raise NotFoundError("node not found")
+            params = {"user_id": user_id, "node_id": request.node_id, "max_count": max_count}
+            return [_outcome(row, replayed=False) for row in _fetch_dicts(con.execute(NODE_OUTCOMES, params))]
+
+        return self.run(work)
+
+    # -- corrections: sql/postgres/220_correction_linking.sql --
+
+    def link_correction(self, request: LinkCorrection) -> CorrectionLink:
+        user_id = valid_user_id(request.user_id)
+        message = valid_content(request.message)
+        thread_id = _valid_ref("thread_id", request.thread_id)
+        if len(request.candidate_node_ids) > 1000 or any(c is None for c in request.candidate_node_ids):
+            raise InvalidInput("candidate_node_ids must be an array of at most 1000 non-null ids")
+        # A candidate listed twice counts once: the distinct ids, in the order first listed.
+        candidates = list(dict.fromkeys(request.candidate_node_ids))
+
+        def work(con: duckdb.DuckDBPyConnection) -> CorrectionLink:
+            rows = con.execute(ACTIVE_CANDIDATES, {"user_id": user_id, "ids": candidates}).fetchall()
+            size = sum(len(content.encode("utf-8")) for _, content, _ in rows)
+            if size > 1048576:
+                raise InvalidInput(
+                    f"the candidates' content must be at most 1 MiB in all: pass fewer candidates (got {size} bytes)"
+                )
+            tokens = correction_tokens(message)
+            scored: list[tuple[Fraction, uuid.UUID, int]] = []
+            for node_id, content, version in rows:
+                theirs = correction_tokens(content)
+                smaller = min(len(theirs), len(tokens))
+                shared = len(theirs & tokens)
+                if smaller > 0 and 100 * shared >= 45 * smaller:
+                    scored.append((Fraction(shared, smaller), node_id, version))
+            scored.sort(key=lambda s: (-s[0], s[1]))
+            now = self._clock()
+            if len(scored) == 1:
+                _, node_id, version = scored[0]
+                row = self._add_outcome(
+                    con,
+                    user_id=user_id,
+                    node_id=node_id,
+                    outcome="explicit_correction",
+                    evidence_id=None,
+                    profile_id=None,
+                    thread_id=thread_id,
+                    notes=message,
+                    request_id=None,
+                    recorded_by="link_correction",
+                    node_version=version,
+                    created_at=now,
+                )
+                return CorrectionLink("linked", node_id, row["id"], None, (_match(scored[0]),))
+            matched = [node_id for _, node_id, _ in scored]
+            inbox_id = self._new_id()
+            con.execute(
+                INSERT_INBOX,
+                {
+                    "user_id": user_id,
+                    "id": inbox_id,
+                    "message": message,
+                    "thread_id": thread_id,
+                    "candidates": candidates,
+                    "matched": matched,
+                    "reason": "ambiguous" if len(matched) >= 2 else "no_match",
+                    "created_at": now,
+                },
+            )
+            status = "ambiguous" if len(matched) >= 2 else "unmatched"
+            return CorrectionLink(status, None, None, inbox_id, tuple(_match(s) for s in scored))
+
+        return self.run(work)
+
+    def list_correction_inbox(self, request: ListCorrectionInbox) -> list[CorrectionInboxEntry]:
+        user_id = valid_user_id(request.user_id)
+        max_count = _valid_max_count(request.max_count)
+        params = {"user_id": user_id, "all": bool(request.include_resolved), "max_count": max_count}
+        return self.run(lambda con: [_inbox_entry(row) for row in _fetch_dicts(con.execute(LIST_INBOX, params))])
+
+    def resolve_correction(self, request: ResolveCorrection) -> CorrectionInboxEntry:
+        user_id = valid_user_id(request.user_id)
+        if request.inbox_id is None:
+            raise InvalidInput("inbox_id must not be null")
+
+        def work(con: duckdb.DuckDBPyConnection) -> CorrectionInboxEntry:
+            found = _fetch_dicts(con.execute(GET_INBOX, {"user_id": user_id, "id": request.inbox_id}))
+            if not found:
+                raise NotFoundError("inbox entry not found")
+            entry = found[0]
+            # Resolving again the same way returns the entry; any other way is a conflict.
+            if entry["resolution"] is not None:
+                if entry["resolved_node_id"] == request.node_id:
+                    return _inbox_entry(entry)
+                raise IdempotencyConflict(
+                    f"inbox entry was already resolved otherwise (resolution {entry['resolution']})"
+                )
+            now = self._clock()
+            if request.node_id is not None:
+                node = self._node_row(con, user_id, request.node_id)
+                if node is None or node["lifecycle_state"] == "archived":
+                    raise NotFoundError("node not found")
+                row = self._add_outcome(
+                    con,
+                    user_id=user_id,
+                    node_id=request.node_id,
+                    outcome="explicit_correction",
+                    evidence_id=None,
+                    profile_id=None,
+                    thread_id=entry["thread_id"],
+                    notes=entry["message"],
+                    request_id=None,
+                    recorded_by="resolve_correction",
+                    node_version=node["version"],
+                    created_at=now,
+                )
+                entry.update(resolution="linked", resolved_node_id=request.node_id, outcome_id=row["id"])
+            else:
+                entry["resolution"] = "dismissed"
+            entry["resolved_at"] = now
+            con.execute(
+                RESOLVE_INBOX,
+                {k: entry[k] for k in ("user_id", "id", "resolution", "resolved_node_id", "outcome_id", "resolved_at")},
+            )
+            return _inbox_entry(entry)
+
+        return self.run(work)
+
+    # -- maintenance: sql/postgres/230 (settings), 240 (reviews), 250 (the report) --
+
+    def maintenance_settings(self, request: GetMaintenanceSettings) -> list[MaintenanceSetting]:
+        user_id = valid_user_id(request.user_id)
+        return self.run(lambda con: _settings(con, user_id))
+
+    def set_maintenance_setting(self, request: SetMaintenanceSetting) -> list[MaintenanceSetting]:
+        user_id = _owner_not_defaults(valid_user_id(request.user_id))
+        decay = valid_fraction("decay_per_cycle", request.decay_per_cycle)
+        if request.stability not in _STABILITIES:
+            raise InvalidInput("stability must be low, semi-stable or stable")
+        cadence = request.review_cadence
+        if (
+            not isinstance(cadence, timedelta)
+            or not timedelta(hours=1) <= cadence <= timedelta(days=3650)
+            or cadence.microseconds != 0
+        ):
+            shown = _interval_text(cadence) if isinstance(cadence, timedelta) else "NULL"
+            raise InvalidInput(
+                "review_cadence must be between 1 hour and 3650 days, in whole days, hours, minutes or seconds "
+                f"(got {shown})"
+            )
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[MaintenanceSetting]:
+            con.execute(
+                UPSERT_SETTING,
+                {
+                    "user_id": user_id,
+                    "stability": request.stability,
+                    "cadence": cadence,
+                    "decay": decay,
+                    "now": self._clock(),
+                },
+            )
+            return _settings(con, user_id)
+
+        return self.run(work)
+
+    def reset_maintenance_settings(self, request: ResetMaintenanceSettings) -> list[MaintenanceSetting]:
+        user_id = _owner_not_defaults(valid_user_id(request.user_id))
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[MaintenanceSetting]:
+            con.execute("DELETE FROM prme.maintenance_settings WHERE user_id = $user_id", {"user_id": user_id})
+            return _settings(con, user_id)
+
+        return self.run(work)
+
+    def mark_reviewed(self, request: MarkReviewed) -> Node:
+        user_id = valid_user_id(request.user_id)
+        given = valid_timestamp("next_review_at", request.next_review_at)
+        if request.node_id is None:
+            raise InvalidInput("node_id must not be null")
+
+        def work(con: duckdb.DuckDBPyConnection) -> Node:
+            now = self._clock()
+            if given is not None and given <= now:
+                raise InvalidInput(f"next_review_at must be in the future (got {_timestamptz_text(given)})")
+            node = self._node_row(con, user_id, request.node_id)
+            if node is None or node["lifecycle_state"] == "archived":
+                raise NotFoundError("node not found")
+            after = dict(node)
+            after["next_review_at"] = given or now + self._setting(con, user_id, node["stability"])[0]
+            after["updated_at"] = now
+            after["version"] = node["version"] + 1
+            operation_id = self._new_id()
+            record, checksum = journal_entry("review", "maintenance_v1", node, after, operation_id, now)
+            self._write(con, node, after, "review", operation_id, record, checksum)
+            # The review covers every outcome and confirmation so far.
+            totals = con.execute(OUTCOME_TOTALS, {"user_id": user_id, "node_id": request.node_id}).fetchone()
+            assert totals is not None
+            er, isx, ne, ec, _, confirmations, _ = totals
+            con.execute(
+                SETTLE_OUTCOMES,
+                {
+                    "user_id": user_id,
+                    "node_id": request.node_id,
+                    "er": er + confirmations,
+                    "isx": isx,
+                    "ne": ne,
+                    "ec": ec,
+                    "now": now,
+                },
+            )
+            return _node(after)
+
+        return self.run(work)
+
+    def maintenance_report(self, request: GetMaintenanceReport) -> list[MaintenanceRecommendation]:
+        user_id = valid_user_id(request.user_id)
+        as_of = valid_timestamp("as_of", request.as_of)
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[MaintenanceRecommendation]:
+            return _report(con, user_id, as_of or self._clock())
+
+        return self.run(work)
+
+    # -- maintenance patches: sql/postgres/260_patches.sql --
+
+    def maintenance_patch(self, request: CreateMaintenancePatch) -> MaintenancePatch:
+        user_id = valid_user_id(request.user_id)
+        given = valid_timestamp("as_of", request.as_of)
+
+        def work(con: duckdb.DuckDBPyConnection) -> MaintenancePatch:
+            now = self._clock()
+            as_of = given or now
+            # A patch for the future would decay cycles that have not begun yet.
+            if as_of > now:
+                raise InvalidInput(f"as_of of a patch must not be in the future (got {_timestamptz_text(as_of)})")
+            patch_id = self._new_id()
+            con.execute(
+                "INSERT INTO prme.maintenance_patches VALUES ($user_id, $id, $as_of, $now)",
+                {"user_id": user_id, "id": patch_id, "as_of": as_of, "now": now},
+            )
+            settings = {s.stability: s for s in _settings(con, user_id)}
+            proposals = [
+                (row.node_id, _OP_KINDS[recommendation][0], recommendation, row)
+                for row in _report(con, user_id, as_of)
+                for recommendation in row.recommendations
+                if recommendation in _OP_KINDS
+            ]
+            proposals.sort(key=lambda p: (p[0], p[1]))
+            ops = []
+            for op_no, (node_id, _, recommendation, row) in enumerate(proposals, start=1):
+                seen = con.execute(PATCH_SEEN, {"user_id": user_id, "node_id": node_id}).fetchone()
+                assert seen is not None
+                version, reviewed_er, reviewed_isx, reviewed_ec, neutral = seen
+                op, risk, requires_review, default_selected = _OP_KINDS[recommendation][1:]
+                setting = settings[row.stability]
+                ops.append(
+                    {
+                        "user_id": user_id,
+                        "patch_id": patch_id,
+                        "op_no": op_no,
+                        "op_id": f"op_{op_no:03d}",
+                        "op": op,
+                        "recommendation": recommendation,
+                        "node_id": node_id,
+                        "node_version": version,
+                        "reason": _op_reason(recommendation, row, setting),
+                        "risk": risk,
+                        "requires_review": requires_review,
+                        "default_selected": default_selected,
+                        "stability_from": row.stability if op == "update_stability" else None,
+                        "stability_to": row.suggested_stability if op == "update_stability" else None,
+                        "confidence_from": row.confidence_base if op == "decay_confidence" else None,
+                        "confidence_to": row.suggested_confidence if op == "decay_confidence" else None,
+                        "lifecycle_from": row.lifecycle_state if op == "mark_contested" else None,
+                        "lifecycle_to": "contested" if op == "mark_contested" else None,
+                        "decay_anchor": row.next_review_at if op == "decay_confidence" else None,
+                        "decay_cycles_from": row.decayed_cycles if op == "decay_confidence" else None,
+                        "decay_cycles_to": row.overdue_cycles if op == "decay_confidence" else None,
+                        # What a review applying this op has seen: every outcome up to as_of.
+                        "seen_explicit_reinforcements": reviewed_er + row.explicit_reinforcements,
+                        "seen_implicit_successes": reviewed_isx + row.implicit_successes,
+                        "seen_neutral_exposures": neutral,
+                        "seen_explicit_corrections": reviewed_ec + row.explicit_corrections,
+                        "operation_id": self._new_id(),
+                    }
+                )
+            if ops:
+                columns = list(ops[0])
+                con.execute(
+                    f"INSERT INTO prme.patch_ops ({', '.join(columns)}) SELECT "
+                    + ", ".join(f"unnest(${c})" for c in columns),
+                    {c: [op[c] for op in ops] for c in columns},
+                )
+            return _patch_document(con, user_id, patch_id)
+
+        return self.run(work)
+
+    def get_patch(self, request: GetPatch) -> MaintenancePatch:
+        user_id = valid_user_id(request.user_id)
+        if request.patch_id is None:
+            raise InvalidInput("patch_id must not be null")
+        return self.run(lambda con: _patch_document(con, user_id, request.patch_id))
+
+    def apply_patch(self, request: ApplyPatch) -> list[AppliedOp]:
+        user_id = valid_user_id(request.user_id)
+        if request.patch_id is None:
+            raise InvalidInput("patch_id must not be null")
+        if request.mode not in ("manual", "auto"):
+            raise InvalidInput("mode must be manual or auto")
+        ids: list[str] = []
+        if request.mode == "manual":
+            if request.op_ids is None or any(i is None for i in request.op_ids):
+                raise InvalidInput("manual mode applies the selected ops: op_ids must list them")
+            if len(request.op_ids) > 10000 or any(len(i) > 64 for i in request.op_ids):
+                raise InvalidInput("op_ids must list at most 10000 op ids of at most 64 characters")
+            ids = sorted(set(request.op_ids))
+        elif request.op_ids is not None:
+            raise InvalidInput("auto mode chooses its ops: op_ids must be null")
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[AppliedOp]:
+            params = {"user_id": user_id, "patch_id": request.patch_id}
+            if con.execute(PATCH_EXISTS, params).fetchone() is None:
+                raise NotFoundError("patch not found")
+            ops = _fetch_dicts(con.execute(PATCH_OPS, params))
+            if request.mode == "manual":
+                known = {op["op_id"] for op in ops}
+                missing = [i for i in ids if i not in known]
+                if missing:
+                    more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+                    raise NotFoundError(
+                        f"operation not found in this patch (unknown op_ids: {', '.join(missing[:20])}{more})"
+                    )
+                chosen = [op for op in ops if op["op_id"] in set(ids)]
+            else:
+                chosen = [
+                    op
+                    for op in ops
+                    if op["op"] == "decay_confidence"
+                    or (op["recommendation"] == "increase_stability" and not op["requires_review"])
+                ]
+            results = []
+            for op in chosen:
+                if op["applied_at"] is not None:
+                    done = f"applied at {_timestamptz_text(op['applied_at'])} in {op['applied_mode']} mode"
+                    results.append(
+                        AppliedOp(op["op_id"], op["op"], op["node_id"], "already_applied", done, op["applied_version"])
+                    )
+                    continue
+                now = self._clock()
+                detail, version = self._apply_patch_op(con, op, now)
+                if version is not None:
+                    con.execute(
+                        MARK_OP_APPLIED,
+                        {**params, "op_no": op["op_no"], "now": now, "mode": request.mode, "version": version},
+                    )
+                status = "applied" if version is not None else "stale"
+                results.append(AppliedOp(op["op_id"], op["op"], op["node_id"], status, detail, version))
+            return results
+
+        return self.run(work)
+
+    def _apply_patch_op(
+        self, con: duckdb.DuckDBPyConnection, op: Mapping[str, Any], now: datetime
+    ) -> tuple[str | None, int | None]:
+        """prme._apply_patch_op: (None, the new version) once applied, or (why, None) when stale."""
+        node = self._node_row(con, op["user_id"], op["node_id"])
+        if node is None or node["lifecycle_state"] not in ("active", "contested"):
+            return f"the memory is {node['lifecycle_state'] if node else 'gone'}", None
+        after = dict(node)
+        if op["op"] == "decay_confidence":
+            state = con.execute(DECAY_STATE, {"user_id": op["user_id"], "node_id": op["node_id"]}).fetchone()
+            anchor, cycles = state if state is not None else (None, 0)
+            done = cycles if anchor is not None and anchor == node["next_review_at"] else 0
+            if node["next_review_at"] != op["decay_anchor"]:
+                return "the review schedule changed since the patch was proposed", None
+            if done != op["decay_cycles_from"]:
+                return f"{done} overdue cycles are decayed already, the patch expected {op['decay_cycles_from']}", None
+            if node["confidence_base"] != op["confidence_from"]:
+                return (
+                    f"confidence_base is {_fraction_text(node['confidence_base'])} now, "
+                    f"the patch expected {_fraction_text(op['confidence_from'])}"
+                ), None
+            after["confidence_base"] = op["confidence_to"]
+        elif op["op"] == "update_stability":
+            if node["stability"] != op["stability_from"]:
+                return f"stability is {node['stability']} now, the patch expected {op['stability_from']}", None
+            if (
+                op["recommendation"] in ("increase_stability", "flag_for_review")
+                and node["lifecycle_state"] != "active"
+            ):
+                return (f"the memory is {node['lifecycle_state']}: stability is raised for active memories only"), None
+            # A stability change is a review: the cadence restarts from now.
+            after["stability"] = op["stability_to"]
+            after["next_review_at"] = now + self._setting(con, op["user_id"], op["stability_to"])[0]
+        else:
+            if node["lifecycle_state"] != op["lifecycle_from"]:
+                return (
+                    f"lifecycle_state is {node['lifecycle_state']} now, the patch expected {op['lifecycle_from']}"
+                ), None
+            after["lifecycle_state"] = op["lifecycle_to"]
+        after["updated_at"] = now
+        after["version"] = node["version"] + 1
+        record, checksum = journal_entry(op["op"], "maintenance_v1", node, after, op["operation_id"], now)
+        self._write(con, node, after, op["op"], op["operation_id"], record, checksum)
+        if op["op"] == "decay_confidence":
+            con.execute(
+                RECORD_DECAY,
+                {
+                    "user_id": op["user_id"],
+                    "node_id": op["node_id"],
+                    "anchor": op["decay_anchor"],
+                    "cycles": op["decay_cycles_to"],
+                    "now": now,
+                },
+            )
+        else:
+            # Stability changes and mark_contested are reviewed decisions: what the
+            # proposal saw is settled.
+            con.execute(
+                SETTLE_OUTCOMES,
+                {
+                    "user_id": op["user_id"],
+                    "node_id": op["node_id"],
+                    "er": op["seen_explicit_reinforcements"],
+                    "isx": op["seen_implicit_successes"],
+                    "ne": op["seen_neutral_exposures"],
+                    "ec": op["seen_explicit_corrections"],
+                    "now": now,
+                },
+            )
+        return None, after["version"]
+
     def _write(
         self,
         con: duckdb.DuckDBPyConnection,
@@ -930,6 +1566,8 @@ class DuckDBBackend:
                 "confidence_base": after["confidence_base"],
                 "reinforcement_boost": after["reinforcement_boost"],
                 "last_reinforced_at": after["last_reinforced_at"],
+                "stability": after["stability"],
+                "next_review_at": after["next_review_at"],
                 "lifecycle_state": after["lifecycle_state"],
                 "updated_at": after["updated_at"],
                 "version": after["version"],
@@ -1071,13 +1709,58 @@ class DuckDBBackend:
                 found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
                 words = found[0] if found is not None else []
                 if len(words) > 1024:
-                    raise InvalidInput("query must have at most 1024 distinct search terms")
+                    raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
                 if not words:
                     return []  # only stop words and punctuation: nothing can match
                 rows = con.execute(RECALL_WORDS, {**params, "words": words, "word_count": len(words)}).fetchall()
             return [recall_hit(row) for row in rows]
 
-        return self.run(work)
+        # Two statements, but the first (the query's words) reads no table.
+        return self.read(work)
+
+    def find_nodes(self, request: FindNodes) -> list[Node]:
+        """prme.find_nodes: memories in any lifecycle state by recall's words and filters."""
+        user_id = valid_user_id(request.user_id)
+        scopes = None if request.scopes is None else list(_valid_scopes(request.scopes))
+        if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 1000:
+            raise InvalidInput("max_count must be between 1 and 1000")
+        query = request.query
+        if query is not None:
+            size = len(_no_nul("query", query).encode("utf-8"))
+            if size > _MAX_TEXT_BYTES:
+                raise InvalidInput(f"query must be at most 65536 bytes (got {size} bytes)")
+        stabilities = request.stabilities
+        if stabilities is not None and (
+            not 1 <= len(stabilities) <= 100 or any(s not in _STABILITIES for s in stabilities)
+        ):
+            raise InvalidInput("stabilities must be NULL or a list (of at most 100) of low, semi-stable and stable")
+        states = request.lifecycle_states
+        if states is not None and (not 1 <= len(states) <= 100 or any(s not in _LIFECYCLE_STATES for s in states)):
+            raise InvalidInput(
+                "lifecycle_states must be NULL or a list (of at most 100) of active, contested, superseded, "
+                "deprecated and archived"
+            )
+        params: dict[str, Any] = {
+            "user_id": user_id,
+            "scopes": scopes,
+            "stabilities": None if stabilities is None else list(stabilities),
+            "states": None if states is None else list(states),
+            "max_count": request.max_count,
+        }
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[Node]:
+            if query is None or query.strip(" \t\n\r\f\v") == "":
+                return [_node_from_values(row) for row in con.execute(FIND_ALL, params).fetchall()]
+            found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
+            words = found[0] if found is not None else []
+            if len(words) > 1024:
+                raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
+            if not words:
+                return []  # only stop words and punctuation: nothing can match
+            rows = con.execute(FIND_WORDS, {**params, "words": words}).fetchall()
+            return [_node_from_values(row) for row in rows]
+
+        return self.read(work)
 
     # -- API tokens (sql/postgres/140_api_tokens.sql) --
 
@@ -1207,6 +1890,544 @@ class DuckDBBackend:
         return _lay_out_prompt(user_id, scopes, self.run(work), budget)
 
 
+# -- outcomes: statements and rules (sql/postgres/210_outcomes.sql) -------------------
+
+_OUTCOME_WEIGHTS = {
+    "explicit_reinforcement": Decimal("1.00"),
+    "implicit_success": Decimal("0.20"),
+    "neutral_exposure": Decimal("0.00"),
+    "explicit_correction": Decimal("-1.00"),
+}
+_OUTCOME_COLUMNS = (
+    "id, user_id, node_id, outcome, weight, evidence_id, profile_id, thread_id, notes, request_id, "
+    "recorded_by, node_version, created_at"
+)
+INSERT_OUTCOME = (
+    "INSERT INTO prme.outcomes (user_id, id, node_id, outcome, weight, evidence_id, profile_id, thread_id, "
+    "notes, request_id, recorded_by, node_version, created_at) VALUES ($user_id, $id, $node_id, $outcome, "
+    "$weight, $evidence_id, $profile_id, $thread_id, $notes, $request_id, $recorded_by, $node_version, $created_at)"
+)
+INSERT_REQUEST_KEY = (
+    "INSERT INTO prme.request_keys VALUES ($user_id, $namespace, $request_id, $operation, $node_id, "
+    "$evidence_id, $node_version, $created_at)"
+)
+OUTCOME_BY_KEY = (
+    f"SELECT {_OUTCOME_COLUMNS} FROM prme.outcomes "
+    "WHERE user_id = $user_id AND node_id = $node_id AND request_id = $request_id"
+)
+# prme.outcome_summary's inputs: the totals of the node's outcome rows, and its
+# confirmations (journal records of op reinforce) with its last_reinforced_at.
+OUTCOME_TOTALS = """
+SELECT
+    (SELECT count(*) FILTER (WHERE o.outcome = 'explicit_reinforcement') FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT count(*) FILTER (WHERE o.outcome = 'implicit_success') FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT count(*) FILTER (WHERE o.outcome = 'neutral_exposure') FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT count(*) FILTER (WHERE o.outcome = 'explicit_correction') FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT max(o.created_at) FROM prme.outcomes AS o WHERE o.user_id = n.user_id AND o.node_id = n.id),
+    (SELECT count(*) FROM prme.journal AS j WHERE j.user_id = n.user_id AND j.node_id = n.id AND j.op = 'reinforce'),
+    n.last_reinforced_at
+FROM prme.nodes AS n WHERE n.user_id = $user_id AND n.id = $node_id
+"""
+# prme.node_outcomes: outcome rows and confirmations (an outcome per journal record of op
+# reinforce, its id the record's operation_id), newest first.
+NODE_OUTCOMES = f"""
+SELECT * FROM (
+    SELECT {_OUTCOME_COLUMNS} FROM prme.outcomes
+    WHERE user_id = $user_id AND node_id = $node_id AND recorded_by <> 'reinforce'
+    UNION ALL
+    SELECT operation_id, user_id, node_id, 'explicit_reinforcement', CAST(1.0 AS DECIMAL(3, 2)), evidence_id,
+        NULL, NULL, NULL, request_id, 'reinforce', node_version, recorded_at
+    FROM prme.journal WHERE user_id = $user_id AND node_id = $node_id AND op = 'reinforce'
+) AS u
+ORDER BY created_at DESC, id DESC
+LIMIT $max_count
+"""
+_REF_CONTROL = re.compile(r"[\x01-\x1f\x7f-\x9f]")
+
+
+def _valid_outcome(outcome: object) -> str:
+    if not isinstance(outcome, str) or outcome not in _OUTCOME_WEIGHTS:
+        shown = _quote_literal(outcome[:80]) if isinstance(outcome, str) else "NULL"
+        raise InvalidInput(
+            "outcome must be explicit_reinforcement, implicit_success, neutral_exposure or explicit_correction "
+            f"(got {shown})"
+        )
+    return outcome
+
+
+def _valid_ref(argument: str, value: str | None) -> str | None:
+    """prme._valid_ref: 1 to 256 characters, no control characters or surrounding spaces."""
+    if value is not None and (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= 256
+        or _REF_CONTROL.search(value)
+        or value != value.strip(" ")
+    ):
+        raise InvalidInput(f"{argument} must be 1 to 256 characters without control characters or surrounding spaces")
+    return None if value is None else _no_nul(argument, value)
+
+
+def _valid_notes(notes: str | None) -> str | None:
+    if notes is None:
+        return None
+    size = len(notes.encode("utf-8", "surrogatepass"))
+    if size > _MAX_TEXT_BYTES:
+        raise InvalidInput(f"notes must be at most 65536 bytes (got {size} bytes)")
+    return _no_nul("notes", notes)
+
+
+def _outcome_score(er: int, isx: int, ne: int, ec: int) -> Decimal:
+    # numeric arithmetic of prme.outcome_summary: er * 1.0 + is * 0.2 + ne * 0 - ec * 1.0 (scale 1).
+    return er * Decimal("1.0") + isx * Decimal("0.2") + ne * Decimal("0") - ec * Decimal("1.0")
+
+
+def _suggested_stability(er: int, isx: int, ne: int, ec: int) -> str:
+    """prme._suggested_stability: low on any correction or a negative score; stable only from
+    two explicit reinforcements; otherwise semi-stable."""
+    if ec > 0 or _outcome_score(er, isx, ne, ec) < 0:
+        return "low"
+    return "stable" if er >= 2 else "semi-stable"
+
+
+def _outcome(row: Mapping[str, Any], *, replayed: bool) -> Outcome:
+    return Outcome(
+        id=row["id"],
+        user_id=row["user_id"],
+        node_id=row["node_id"],
+        outcome=row["outcome"],
+        weight=row["weight"],
+        evidence_id=row["evidence_id"],
+        profile_id=row["profile_id"],
+        thread_id=row["thread_id"],
+        notes=row["notes"],
+        request_id=row["request_id"],
+        recorded_by=row["recorded_by"],
+        node_version=row["node_version"],
+        created_at=cast(datetime, _utc(row["created_at"])),
+        replayed=replayed,
+    )
+
+
+# -- corrections: sql/postgres/220_correction_linking.sql, the same rules in Python ----
+# DuckDB's regular expressions (RE2) have no lookahead and no \m / \M, so the pack runs
+# prme.is_correction's expressions with Python's re, translated one for one: \m is
+# (?<!\w)(?=\w), \M is (?<=\w)(?!\w), [[:alnum:]] is [^\W_]. tests/test_conformance_corrections.py
+# holds both engines to the same answer for every phrase of docs/MAINTENANCE.md's table.
+
+_WORD_START = r"(?<!\w)(?=\w)"
+_WORD_END = r"(?<=\w)(?!\w)"
+_ALNUM = r"[^\W_]"
+# The start of the message, or of a line, sentence or clause within it.
+_START = r"(^|\n|[.!?;:,] ?)\s*"
+# The rest of a sentence: no line break, and no . ! ? ; ending one (os.path does not end it).
+_SAME_SENTENCE = r"(?:[^\n.!?;]|\.\S)*"
+_CORRECTION_RULES = tuple(
+    re.compile(rule)
+    for rule in (
+        _START + rf"(please )?(don'?t|do not|never|always|stop|quit){_WORD_END}(?! ?mind{_WORD_END})"
+        rf"(?! worry{_WORD_END})",
+        _START + rf"(no|nope|nah)([,.!:;]+| -|\n)\s*{_ALNUM}",
+        _START + rf"(well,? )?actually{_WORD_END}",
+        rf"{_WORD_START}prefers? (?!to{_WORD_END})\S{_SAME_SENTENCE}{_WORD_START}(over|instead of|rather than|to)"
+        rf"{_WORD_END}",
+        rf"{_WORD_START}favou?rs? \S{_SAME_SENTENCE}{_WORD_START}over{_WORD_END}",
+        rf"{_WORD_START}use \S{_SAME_SENTENCE}{_WORD_START}instead{_WORD_END}",
+        _START + rf"(going forward(,| -|:)|from now on(,| -|:)?) ?{_ALNUM}",
+        rf"{_WORD_START}(you|i|we)( should| must| will)? (never|always){_WORD_END}",
+        rf"{_WORD_START}(that|this|it)('s| is| was) (wrong|incorrect|not (right|true|correct)){_WORD_END}",
+        _START + rf"i (already )?(said|told you){_WORD_END}",
+    )
+)
+_LINE_BREAKS = re.compile("[\n\r\u2028\u2029]+")
+_BLANKS = re.compile(r"\s+")
+_APOSTROPHES = str.maketrans("\u2019\u2018`", "'''")
+
+
+def is_correction_text(message: str | None) -> bool:
+    """prme.is_correction: does the message use explicit correction phrasing?"""
+    if message is not None:
+        size = len(message.encode("utf-8", "surrogatepass"))
+        if size > _MAX_TEXT_BYTES:
+            raise InvalidInput(f"message must be at most 65536 bytes (got {size} bytes)")
+    lines = _LINE_BREAKS.split((message or "").translate(_APOSTROPHES).lower())
+    text = "\n".join(_BLANKS.sub(" ", line).strip(" ") for line in lines)
+    return any(rule.search(text) for rule in _CORRECTION_RULES)
+
+
+_TOKEN_SPLIT = re.compile(r"[^A-Za-z0-9]+")
+
+
+def correction_tokens(text: str) -> frozenset[str]:
+    """prme._correction_tokens: distinct lower-cased runs of [A-Za-z0-9] longer than 3 characters."""
+    return frozenset(token.lower() for token in _TOKEN_SPLIT.split(text) if len(token) > 3)
+
+
+ACTIVE_CANDIDATES = (
+    "SELECT id, content, version FROM prme.nodes "
+    "WHERE user_id = $user_id AND list_contains(CAST($ids AS UUID []), id) AND lifecycle_state = 'active'"
+)
+INSERT_INBOX = (
+    "INSERT INTO prme.correction_inbox VALUES ($user_id, $id, $message, $thread_id, CAST($candidates AS UUID []), "
+    "CAST($matched AS UUID []), $reason, $created_at, NULL, NULL, NULL, NULL)"
+)
+_INBOX_COLUMNS = (
+    "id, user_id, message, thread_id, candidate_node_ids, matched_node_ids, reason, created_at, resolution, "
+    "resolved_node_id, outcome_id, resolved_at"
+)
+LIST_INBOX = (
+    f"SELECT {_INBOX_COLUMNS} FROM prme.correction_inbox "
+    "WHERE user_id = $user_id AND (resolution IS NULL OR $all) ORDER BY created_at, id LIMIT $max_count"
+)
+GET_INBOX = f"SELECT {_INBOX_COLUMNS} FROM prme.correction_inbox WHERE user_id = $user_id AND id = $id"
+RESOLVE_INBOX = (
+    "UPDATE prme.correction_inbox SET resolution = $resolution, resolved_node_id = $resolved_node_id, "
+    "outcome_id = $outcome_id, resolved_at = $resolved_at WHERE user_id = $user_id AND id = $id"
+)
+
+
+def _match(scored: tuple[Fraction, uuid.UUID, int]) -> CorrectionMatch:
+    # round(shared::numeric / smaller, 4): half away from zero.
+    overlap, node_id, _ = scored
+    exact = Decimal(overlap.numerator) / Decimal(overlap.denominator)
+    return CorrectionMatch(node_id, exact.quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP))
+
+
+def _inbox_entry(row: Mapping[str, Any]) -> CorrectionInboxEntry:
+    return CorrectionInboxEntry(
+        id=row["id"],
+        user_id=row["user_id"],
+        message=row["message"],
+        thread_id=row["thread_id"],
+        candidate_node_ids=tuple(row["candidate_node_ids"]),
+        matched_node_ids=tuple(row["matched_node_ids"]),
+        reason=row["reason"],
+        created_at=cast(datetime, _utc(row["created_at"])),
+        resolution=row["resolution"],
+        resolved_node_id=row["resolved_node_id"],
+        outcome_id=row["outcome_id"],
+        resolved_at=_utc(row["resolved_at"]),
+    )
+
+
+# -- maintenance: statements and rules (sql/postgres/230, 240, 250) -------------------
+
+SETTINGS = (
+    "SELECT DISTINCT ON (stability) stability, review_cadence, decay_per_cycle, "
+    "CASE WHEN user_id = '*' THEN 'default' ELSE 'owner' END AS source "
+    "FROM prme.maintenance_settings WHERE user_id IN ($user_id, '*') ORDER BY stability, user_id = '*'"
+)
+UPSERT_SETTING = (
+    "INSERT OR REPLACE INTO prme.maintenance_settings VALUES ($user_id, $stability, $cadence, $decay, $now)"
+)
+# prme._settle_outcomes: counts only grow, so greatest() makes settling idempotent.
+SETTLE_OUTCOMES = """
+INSERT INTO prme.node_maintenance AS k (
+    user_id, node_id, reviewed_explicit_reinforcements, reviewed_implicit_successes, reviewed_neutral_exposures,
+    reviewed_explicit_corrections, reviewed_at, updated_at
+) VALUES ($user_id, $node_id, $er, $isx, $ne, $ec, $now, $now)
+ON CONFLICT (user_id, node_id) DO UPDATE SET
+    reviewed_explicit_reinforcements
+        = greatest(k.reviewed_explicit_reinforcements, excluded.reviewed_explicit_reinforcements),
+    reviewed_implicit_successes = greatest(k.reviewed_implicit_successes, excluded.reviewed_implicit_successes),
+    reviewed_neutral_exposures = greatest(k.reviewed_neutral_exposures, excluded.reviewed_neutral_exposures),
+    reviewed_explicit_corrections = greatest(k.reviewed_explicit_corrections, excluded.reviewed_explicit_corrections),
+    reviewed_at = excluded.reviewed_at,
+    updated_at = excluded.updated_at
+"""
+# prme.maintenance_report as one query over the owner's memories: outcomes are counted up
+# to as_of from the outcome rows and the confirmations' journal records (one scan of each),
+# less what the last review settled; the rules (prme._maintenance_moves, _cycles_due, the
+# decay) are computed here, set-based. The settings come as parameters: a cadence in
+# microseconds and a decay in ten-thousandths per stability.
+REPORT = """
+WITH rows AS (
+    SELECT node_id,
+        count(*) FILTER (WHERE outcome = 'explicit_reinforcement') AS er,
+        count(*) FILTER (WHERE outcome = 'implicit_success') AS isx,
+        count(*) FILTER (WHERE outcome = 'explicit_correction') AS ec
+    FROM prme.outcomes
+    WHERE user_id = $user_id AND created_at <= $as_of AND recorded_by <> 'reinforce'
+    GROUP BY node_id
+),
+confirmations AS (
+    SELECT node_id, count(*) AS er
+    FROM prme.journal
+    WHERE user_id = $user_id AND op = 'reinforce' AND recorded_at <= $as_of
+    GROUP BY node_id
+),
+counted AS (
+    SELECT n.id, n.lifecycle_state, n.stability, n.confidence_base, n.next_review_at, n.decay_profile,
+        coalesce(n.next_review_at <= $as_of, false) AS due,
+        greatest(coalesce(r.er, 0) + coalesce(c.er, 0) - coalesce(k.reviewed_explicit_reinforcements, 0), 0) AS er,
+        greatest(coalesce(r.isx, 0) - coalesce(k.reviewed_implicit_successes, 0), 0) AS isx,
+        greatest(coalesce(r.ec, 0) - coalesce(k.reviewed_explicit_corrections, 0), 0) AS ec,
+        CASE WHEN k.decay_anchor = n.next_review_at THEN k.decay_cycles ELSE 0 END AS cycles_done,
+        CAST(n.confidence_base * 10000 AS BIGINT) AS confidence_units,
+        CASE n.stability WHEN 'low' THEN $low_us WHEN 'semi-stable' THEN $semi_us ELSE $stable_us END AS cadence_us,
+        CASE n.stability WHEN 'low' THEN $low_decay WHEN 'semi-stable' THEN $semi_decay ELSE $stable_decay END
+            AS stability_decay
+    FROM prme.nodes AS n
+    LEFT JOIN rows AS r ON r.node_id = n.id
+    LEFT JOIN confirmations AS c ON c.node_id = n.id
+    LEFT JOIN prme.node_maintenance AS k ON k.user_id = n.user_id AND k.node_id = n.id
+    WHERE n.user_id = $user_id AND n.lifecycle_state IN ('active', 'contested')
+),
+moved AS (
+    SELECT c.*,
+        CASE
+            WHEN c.ec >= 1 THEN CASE WHEN c.stability = 'low' THEN 1 ELSE 2 END
+                + CASE WHEN c.ec >= 2 AND c.lifecycle_state = 'active' THEN 2 ELSE 0 END
+            WHEN c.lifecycle_state <> 'active' THEN 0
+            WHEN c.er >= 2 THEN CASE WHEN c.stability = 'stable' THEN 0 ELSE 5 END
+            WHEN c.isx >= 5 AND c.stability = 'low' THEN 6
+            ELSE 0
+        END AS moves,
+        CASE WHEN c.due
+            THEN greatest(0, (epoch_us(CAST($as_of AS TIMESTAMPTZ)) - epoch_us(c.next_review_at)) // c.cadence_us + 1)
+            ELSE 0
+        END AS cycles_due,
+        CASE WHEN c.confidence_units > 0 AND c.decay_profile <> 'permanent' THEN c.stability_decay ELSE 0 END
+            AS per_cycle
+    FROM counted AS c
+    WHERE c.due OR c.er >= 2 OR c.isx >= 5 OR c.ec >= 1
+),
+decided AS (
+    SELECT m.*, m.due AND m.cycles_due > m.cycles_done AND m.per_cycle > 0 AS decays,
+        (m.cycles_due - m.cycles_done) * m.per_cycle AS decay_units
+    FROM moved AS m
+    WHERE m.due OR m.moves > 0
+)
+-- Plain numbers where Python would convert slowly: the recommendations as (decays, due,
+-- moves), confidences in ten-thousandths (-1: PostgreSQL's integer 0, nothing left), the
+-- schedule in epoch microseconds; _report turns them into the same values.
+SELECT d.id, d.decays, d.due, d.moves, d.lifecycle_state, d.stability, d.confidence_units,
+    CASE WHEN d.decays THEN
+        CASE WHEN d.confidence_units >= d.decay_units THEN d.confidence_units - d.decay_units ELSE -1 END
+    END,
+    epoch_us(d.next_review_at), d.cycles_due, d.cycles_done, d.er, d.isx, d.ec
+FROM decided AS d
+"""
+
+
+def _report(con: duckdb.DuckDBPyConnection, user_id: str, as_of: datetime) -> list[MaintenanceRecommendation]:
+    params: dict[str, Any] = {"user_id": user_id, "as_of": as_of}
+    for setting in _settings(con, user_id):
+        key = _SETTING_KEYS[setting.stability]
+        params[f"{key}_us"] = setting.review_cadence // timedelta(microseconds=1)
+        params[f"{key}_decay"] = int(setting.decay_per_cycle * 10000)
+    fractions: dict[int, Decimal] = {-1: Decimal(0)}
+
+    def fraction(units: int) -> Decimal:
+        # numeric(5, 4) from ten-thousandths, each value built once.
+        value = fractions.get(units)
+        if value is None:
+            value = fractions[units] = Decimal(units).scaleb(-4)
+        return value
+
+    result: list[MaintenanceRecommendation] = []
+    rows = con.execute(REPORT, params)
+    while batch := rows.fetchmany(8192):
+        for node_id, decays, due, moves, state, stability, units, left, due_us, *counts in batch:
+            result.append(
+                MaintenanceRecommendation(
+                    node_id,
+                    _RECOMMENDATIONS[decays, due, moves],
+                    state,
+                    stability,
+                    _SUGGESTED_STABILITY[moves, stability],
+                    fraction(units),
+                    None if left is None else fraction(left),
+                    None if due_us is None else _EPOCH + timedelta(microseconds=due_us),
+                    *counts,
+                )
+            )
+    return result
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The recommendations of a memory by (decays, due, moves): PostgreSQL's order, decay first.
+_MOVES: dict[int, tuple[str, ...]] = {
+    0: (),
+    1: ("review_memory",),
+    2: ("review_memory", "decrease_stability"),
+    3: ("review_memory", "mark_contested"),
+    4: ("review_memory", "decrease_stability", "mark_contested"),
+    5: ("increase_stability",),
+    6: ("flag_for_review",),
+}
+_RECOMMENDATIONS = {
+    (decays, due, moves): (("decay_confidence",) if decays else ()) + (("review_due",) if due else ()) + listed
+    for decays in (False, True)
+    for due in (False, True)
+    for moves, listed in _MOVES.items()
+}
+# Decreases go one step down, increases one step up, a flag at most to semi-stable.
+_SUGGESTED_STABILITY: dict[tuple[int, str], str | None] = {
+    (moves, stability): (
+        ("semi-stable" if stability == "low" else "stable")
+        if moves == 5
+        else "semi-stable"
+        if moves == 6
+        else ("semi-stable" if stability == "stable" else "low")
+        if moves in (2, 4)
+        else None
+    )
+    for moves in _MOVES
+    for stability in _STABILITIES
+}
+_SETTING_KEYS = {"low": "low", "semi-stable": "semi", "stable": "stable"}
+
+
+def _settings(con: duckdb.DuckDBPyConnection, user_id: str) -> list[MaintenanceSetting]:
+    return [MaintenanceSetting(*row) for row in con.execute(SETTINGS, {"user_id": user_id}).fetchall()]
+
+
+def _owner_not_defaults(user_id: str) -> str:
+    if user_id == "*":
+        raise InvalidInput("user_id '*' names the defaults, which only the database owner changes")
+    return user_id
+
+
+def _timestamptz_text(value: datetime) -> str:
+    """PostgreSQL's text of a timestamptz in UTC (2030-01-02 03:04:05.5+00)."""
+    v = value.astimezone(UTC)
+    text = v.strftime("%Y-%m-%d %H:%M:%S")
+    if v.microsecond:
+        text += f".{v.microsecond:06d}".rstrip("0")
+    return text + "+00"
+
+
+def _interval_text(value: timedelta) -> str:
+    """PostgreSQL's text of an interval of days and time (1 day 02:03:04.5)."""
+    days, rest = value.days, value - timedelta(days=value.days)
+    seconds, micro = divmod(rest.seconds, 1), rest.microseconds
+    hours, remainder = divmod(seconds[0], 3600)
+    minutes, secs = divmod(remainder, 60)
+    time = f"{hours:02d}:{minutes:02d}:{secs:02d}" + (f".{micro:06d}".rstrip("0") if micro else "")
+    if days == 0:
+        return time
+    prefix = f"{days} day" + ("" if days in (1, -1) else "s")
+    return prefix if time == "00:00:00" else f"{prefix} {time}"
+
+
+# -- maintenance patches: statements and rules (sql/postgres/260_patches.sql) ---------
+
+# recommendation -> (order within a memory, op, risk, requires_review, default_selected)
+_OP_KINDS: dict[str, tuple[int, str, str, bool, bool]] = {
+    "decay_confidence": (1, "decay_confidence", "low", False, True),
+    "increase_stability": (2, "update_stability", "low", False, True),
+    "decrease_stability": (2, "update_stability", "medium", True, True),
+    "flag_for_review": (2, "update_stability", "medium", True, False),
+    "mark_contested": (3, "mark_contested", "high", True, False),
+}
+# What a review applying an op has seen: the node's version, what its last review
+# settled and its neutral exposures so far.
+PATCH_SEEN = """
+SELECT n.version,
+    coalesce(k.reviewed_explicit_reinforcements, 0), coalesce(k.reviewed_implicit_successes, 0),
+    coalesce(k.reviewed_explicit_corrections, 0),
+    (SELECT count(*) FROM prme.outcomes AS o
+        WHERE o.user_id = n.user_id AND o.node_id = n.id AND o.outcome = 'neutral_exposure')
+FROM prme.nodes AS n
+LEFT JOIN prme.node_maintenance AS k ON k.user_id = n.user_id AND k.node_id = n.id
+WHERE n.user_id = $user_id AND n.id = $node_id
+"""
+PATCH_EXISTS = "SELECT as_of, created_at FROM prme.maintenance_patches WHERE user_id = $user_id AND id = $patch_id"
+PATCH_OPS = "SELECT * FROM prme.patch_ops WHERE user_id = $user_id AND patch_id = $patch_id ORDER BY op_no"
+PATCH_OPS_WITH_CONTENT = (
+    "SELECT o.*, left(n.content, 200) AS content FROM prme.patch_ops AS o "
+    "JOIN prme.nodes AS n ON n.user_id = o.user_id AND n.id = o.node_id "
+    "WHERE o.user_id = $user_id AND o.patch_id = $patch_id ORDER BY o.op_no"
+)
+MARK_OP_APPLIED = (
+    "UPDATE prme.patch_ops SET applied_at = $now, applied_mode = $mode, applied_version = $version "
+    "WHERE user_id = $user_id AND patch_id = $patch_id AND op_no = $op_no"
+)
+DECAY_STATE = (
+    "SELECT decay_anchor, decay_cycles FROM prme.node_maintenance WHERE user_id = $user_id AND node_id = $node_id"
+)
+RECORD_DECAY = """
+INSERT INTO prme.node_maintenance AS k (user_id, node_id, decay_anchor, decay_cycles, updated_at)
+VALUES ($user_id, $node_id, $anchor, $cycles, $now)
+ON CONFLICT (user_id, node_id) DO UPDATE SET
+    decay_anchor = excluded.decay_anchor, decay_cycles = excluded.decay_cycles, updated_at = excluded.updated_at
+"""
+
+
+def _op_reason(recommendation: str, row: MaintenanceRecommendation, setting: MaintenanceSetting) -> str:
+    if recommendation == "decay_confidence":
+        assert row.next_review_at is not None and row.decayed_cycles is not None
+        return (
+            f"overdue for review since {row.next_review_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}: cycles "
+            f"{row.decayed_cycles + 1} to {row.overdue_cycles} of {_interval_text(setting.review_cadence)} "
+            f"decayed at -{_fraction_text(setting.decay_per_cycle)} each"
+        )
+    if recommendation == "increase_stability":
+        return f"{row.explicit_reinforcements} explicit reinforcements and no correction since the last review"
+    if recommendation == "flag_for_review":
+        return (
+            f"{row.implicit_successes} implicit successes and no correction since the last review: semi-stable at "
+            "most, stable needs explicit confirmation"
+        )
+    return f"{row.explicit_corrections} explicit correction(s) since the last review"
+
+
+def _json_number(value: Decimal) -> float | int:
+    # trim_scale(numeric) in jsonb, as the PostgreSQL client reads it back.
+    text = _fraction_text(value)
+    return float(text) if "." in text else int(text)
+
+
+def _jsonb_time(value: datetime | None) -> str | None:
+    # A timestamptz in jsonb (session TimeZone UTC): 2026-01-02T03:04:05.5+00:00.
+    if value is None:
+        return None
+    v = value.astimezone(UTC)
+    fraction = f".{v.microsecond:06d}".rstrip("0") if v.microsecond else ""
+    return f"{v:%Y-%m-%dT%H:%M:%S}{fraction}+00:00"
+
+
+def _patch_document(con: duckdb.DuckDBPyConnection, user_id: str, patch_id: uuid.UUID) -> MaintenancePatch:
+    params = {"user_id": user_id, "patch_id": patch_id}
+    found = con.execute(PATCH_EXISTS, params).fetchone()
+    if found is None:
+        raise NotFoundError("patch not found")
+    as_of, created_at = found
+    ops = []
+    for o in _fetch_dicts(con.execute(PATCH_OPS_WITH_CONTENT, params)):
+        updates: dict[str, Any]
+        if o["op"] == "update_stability":
+            updates = {"stability": {"from": o["stability_from"], "to": o["stability_to"]}}
+        elif o["op"] == "decay_confidence":
+            updates = {
+                "confidence_base": {"from": _json_number(o["confidence_from"]), "to": _json_number(o["confidence_to"])},
+                "decay_cycles": {"from": o["decay_cycles_from"], "to": o["decay_cycles_to"]},
+            }
+        else:
+            updates = {"lifecycle_state": {"from": o["lifecycle_from"], "to": o["lifecycle_to"]}}
+        ops.append(
+            {
+                "op_id": o["op_id"],
+                "op": o["op"],
+                "recommendation": o["recommendation"],
+                "target": {"node_id": str(o["node_id"]), "version": o["node_version"], "content": o["content"]},
+                "updates": updates,
+                "reason": o["reason"],
+                "risk": o["risk"],
+                "requires_review": o["requires_review"],
+                "default_selected": o["default_selected"],
+                "status": "pending" if o["applied_at"] is None else "applied",
+                "applied_at": _jsonb_time(o["applied_at"]),
+                "applied_mode": o["applied_mode"],
+            }
+        )
+    return MaintenancePatch(patch_id, cast(datetime, _utc(created_at)), cast(datetime, _utc(as_of)), tuple(ops))
+
+
 def _valid_max_count(max_count: int) -> int:
     if not isinstance(max_count, int) or not 1 <= max_count <= 10000:
         raise InvalidInput("max_count must be between 1 and 10000")
@@ -1265,17 +2486,53 @@ FROM (
 ORDER BY r.score DESC, r.id
 """
 RECALL_ALL = _RECALL.format(candidates=_RECALL_CANDIDATES.format(relevance="CAST(1.0 AS DOUBLE)", join=""))
-# The share of the query's words a memory has: its matching rows in node_words.
+# The share of the query's words a memory has: its matching rows in node_words. The
+# matches come first and only the matching memories are read and decayed (not every
+# memory of the owner, as RECALL_ALL must).
 RECALL_WORDS = _RECALL.format(
-    candidates=_RECALL_CANDIDATES.format(
-        relevance="CAST(m.shared AS DOUBLE) / CAST($word_count AS DOUBLE)",
-        join=(
-            "JOIN (SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w "
-            "WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) "
-            "GROUP BY w.node_id) AS m ON m.node_id = n.id"
-        ),
-    )
+    candidates="""
+SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
+    n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
+    n.created_at, n.updated_at, n.version, CAST(n.shared AS DOUBLE) / CAST($word_count AS DOUBLE) AS relevance,
+    prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
+        AS effective_salience,
+    prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
+FROM (
+    SELECT n.*, m.shared,
+        prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
+    FROM (
+        SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w
+        WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word)
+        GROUP BY w.node_id
+    ) AS m
+    JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id
+    WHERE n.lifecycle_state NOT IN ('archived', 'deprecated')
+      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
+) AS n
+"""
 )
+
+
+# prme.find_nodes: the owner's memories in any lifecycle state, filtered; with words, the
+# ones having any of them, most of the query's words first; then the newest change first.
+_FIND_FILTERS = (
+    "n.user_id = $user_id "
+    "AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope)) "
+    "AND (CAST($stabilities AS VARCHAR []) IS NULL OR list_contains(CAST($stabilities AS VARCHAR []), n.stability)) "
+    "AND (CAST($states AS VARCHAR []) IS NULL OR list_contains(CAST($states AS VARCHAR []), n.lifecycle_state))"
+)
+FIND_ALL = (
+    f"SELECT {_NODE_COLUMNS} FROM prme.nodes AS n WHERE {_FIND_FILTERS} "
+    "ORDER BY n.updated_at DESC, n.id LIMIT $max_count"
+)
+FIND_WORDS = (
+    f"SELECT {', '.join('n.' + c for c in _NODE_NAMES)} FROM ("
+    "SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w "
+    "WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) GROUP BY w.node_id"
+    f") AS m JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id WHERE {_FIND_FILTERS} "
+    "ORDER BY m.shared DESC, n.updated_at DESC, n.id LIMIT $max_count"
+)
+_LIFECYCLE_STATES = ("active", "contested", "superseded", "deprecated", "archived")
 
 
 # -- API tokens, snapshots and prompts: statements and rules -------------------------

@@ -52,6 +52,7 @@ from ..models import (
     RecallHit,
     Receipt,
     ReplayResult,
+    ReviewSchedule,
     Snapshot,
 )
 from ..sqlstate import error_detail, error_message
@@ -673,7 +674,14 @@ def statement(request: Request[T]) -> Call[T]:
                     "salience_base": request.salience_base,
                     "stability": request.stability,
                     "decay_profile": request.decay_profile,
-                    "next_review_at": request.next_review_at,
+                    # prme.add_node: NULL is one cadence ahead, 'infinity' no schedule.
+                    "next_review_at": (
+                        None
+                        if request.next_review_at is ReviewSchedule.BY_CADENCE
+                        else "infinity"
+                        if request.next_review_at is None
+                        else request.next_review_at
+                    ),
                     "node_id": request.node_id,
                 },
                 node_row,

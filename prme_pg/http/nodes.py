@@ -75,7 +75,10 @@ class NodeIn(BaseModel):
     salience_base: Decimal = Decimal("0.5")
     stability: str = "low"
     decay_profile: str = "medium"
-    next_review_at: datetime | None = None
+    next_review_at: datetime | None = Field(
+        default=None,
+        description="the first review; omitted: one review cadence of its stability from now; null: no review schedule",
+    )
     node_id: UUID | None = Field(
         default=None,
         description="chosen by the client, so that a retry after a lost response cannot store the memory twice: "
@@ -117,7 +120,9 @@ class ReinforceIn(BaseModel):
 )
 async def add_node(body: NodeIn, user_id: Owner, client: Client, response: Response) -> NodeOut:
     """Create a memory for the token's owner; ``Location`` is its URL."""
-    node = await client.add_node(body.content, user_id=user_id, **body.model_dump(exclude={"content"}))
+    # An omitted next_review_at is the client's default (one cadence ahead); null is no schedule.
+    exclude = {"content"} if "next_review_at" in body.model_fields_set else {"content", "next_review_at"}
+    node = await client.add_node(body.content, user_id=user_id, **body.model_dump(exclude=exclude))
     response.headers["Location"] = f"/v1/nodes/{node.id}"
     return NodeOut.of(node)
 

@@ -165,3 +165,137 @@ CREATE TABLE IF NOT EXISTS prme.node_words (
     node_id UUID NOT NULL,
     word VARCHAR NOT NULL
 );
+
+-- Review cadence and decay per overdue cycle for each stability
+-- (sql/postgres/230_maintenance_settings.sql): rows of user_id '*' are the defaults, an
+-- owner's row overrides one stability. Cadences are whole seconds, no months.
+CREATE TABLE IF NOT EXISTS prme.maintenance_settings (
+    user_id VARCHAR NOT NULL,
+    stability VARCHAR NOT NULL CHECK (stability IN ('low', 'semi-stable', 'stable')),
+    review_cadence INTERVAL NOT NULL CHECK (
+        review_cadence >= INTERVAL 1 HOUR AND review_cadence <= INTERVAL 3650 DAYS
+        AND date_part('month', review_cadence) = 0 AND date_part('year', review_cadence) = 0
+        AND date_part('microseconds', review_cadence) % 1000000 = 0
+    ),
+    decay_per_cycle DECIMAL(5, 4) NOT NULL CHECK (decay_per_cycle BETWEEN 0 AND 1),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (user_id, stability)
+);
+
+INSERT OR IGNORE INTO prme.maintenance_settings (user_id, stability, review_cadence, decay_per_cycle) VALUES
+('*', 'low', INTERVAL 7 DAYS, 0.15),
+('*', 'semi-stable', INTERVAL 30 DAYS, 0.15),
+('*', 'stable', INTERVAL 90 DAYS, 0.05);
+
+-- Outcome events (sql/postgres/210_outcomes.sql): append-only evidence of what happened
+-- when a memory was used. A confirmation writes no row here: its explicit_reinforcement
+-- outcome is its journal record (op reinforce), as on PostgreSQL since migration 0014.
+-- Append-only is kept by the pack's single writer.
+CREATE TABLE IF NOT EXISTS prme.outcomes (
+    user_id VARCHAR NOT NULL,
+    id UUID NOT NULL,
+    node_id UUID NOT NULL,
+    outcome VARCHAR NOT NULL
+    CHECK (outcome IN ('explicit_reinforcement', 'implicit_success', 'neutral_exposure', 'explicit_correction')),
+    weight DECIMAL(3, 2) NOT NULL,
+    evidence_id UUID,
+    profile_id VARCHAR CHECK (length(profile_id) BETWEEN 1 AND 256),
+    thread_id VARCHAR CHECK (length(thread_id) BETWEEN 1 AND 256),
+    notes VARCHAR CHECK (octet_length(encode(notes)) <= 65536),
+    request_id UUID,
+    recorded_by VARCHAR NOT NULL
+    CHECK (recorded_by IN ('record_outcome', 'reinforce', 'link_correction', 'resolve_correction')),
+    node_version BIGINT NOT NULL CHECK (node_version > 0),
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, id),
+    CHECK (weight = CASE outcome
+        WHEN 'explicit_reinforcement' THEN 1.0
+        WHEN 'implicit_success' THEN 0.2
+        WHEN 'neutral_exposure' THEN 0
+        WHEN 'explicit_correction' THEN -1.0
+    END)
+);
+
+-- Correction messages that matched no candidate memory or several
+-- (sql/postgres/220_correction_linking.sql), kept for the owner to link or dismiss.
+CREATE TABLE IF NOT EXISTS prme.correction_inbox (
+    user_id VARCHAR NOT NULL,
+    id UUID NOT NULL,
+    message VARCHAR NOT NULL,
+    thread_id VARCHAR CHECK (length(thread_id) BETWEEN 1 AND 256),
+    candidate_node_ids UUID [] NOT NULL,
+    matched_node_ids UUID [] NOT NULL,
+    reason VARCHAR NOT NULL CHECK (reason IN ('no_match', 'ambiguous')),
+    created_at TIMESTAMPTZ NOT NULL,
+    resolution VARCHAR CHECK (resolution IN ('linked', 'dismissed')),
+    resolved_node_id UUID,
+    outcome_id UUID,
+    resolved_at TIMESTAMPTZ,
+    PRIMARY KEY (user_id, id),
+    CHECK ((reason = 'ambiguous') = (len(matched_node_ids) >= 2))
+);
+
+-- Review and decay bookkeeping per memory (sql/postgres/200_node_maintenance.sql, the
+-- columns a memory's own rows cannot give): the outcome totals its last review settled
+-- and the overdue cycles decayed against which next_review_at. A memory has a row once
+-- it was reviewed or decayed; none reads as zeros. Totals of outcomes are not kept here:
+-- the pack counts outcome rows and confirmations' journal records when it reports.
+CREATE TABLE IF NOT EXISTS prme.node_maintenance (
+    user_id VARCHAR NOT NULL,
+    node_id UUID NOT NULL,
+    reviewed_explicit_reinforcements BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_explicit_reinforcements >= 0),
+    reviewed_implicit_successes BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_implicit_successes >= 0),
+    reviewed_neutral_exposures BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_neutral_exposures >= 0),
+    reviewed_explicit_corrections BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_explicit_corrections >= 0),
+    reviewed_at TIMESTAMPTZ,
+    decay_anchor TIMESTAMPTZ,
+    decay_cycles INTEGER NOT NULL DEFAULT 0 CHECK (decay_cycles >= 0),
+    updated_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, node_id)
+);
+
+-- Maintenance patches and their ops (sql/postgres/260_patches.sql): what each op changes
+-- (from -> to), why, its risk, the outcome counts the proposal saw, and when it was applied.
+CREATE TABLE IF NOT EXISTS prme.maintenance_patches (
+    user_id VARCHAR NOT NULL,
+    id UUID NOT NULL,
+    as_of TIMESTAMPTZ NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, id)
+);
+
+CREATE TABLE IF NOT EXISTS prme.patch_ops (
+    user_id VARCHAR NOT NULL,
+    patch_id UUID NOT NULL,
+    op_no INTEGER NOT NULL CHECK (op_no > 0),
+    op_id VARCHAR NOT NULL CHECK (regexp_full_match(op_id, 'op_[0-9]{3,}')),
+    op VARCHAR NOT NULL CHECK (op IN ('update_stability', 'decay_confidence', 'mark_contested')),
+    recommendation VARCHAR NOT NULL CHECK (recommendation IN (
+        'decay_confidence', 'increase_stability', 'decrease_stability', 'flag_for_review', 'mark_contested'
+    )),
+    node_id UUID NOT NULL,
+    node_version BIGINT NOT NULL CHECK (node_version > 0),
+    reason VARCHAR NOT NULL,
+    risk VARCHAR NOT NULL CHECK (risk IN ('low', 'medium', 'high')),
+    requires_review BOOLEAN NOT NULL,
+    default_selected BOOLEAN NOT NULL,
+    stability_from VARCHAR,
+    stability_to VARCHAR,
+    confidence_from DECIMAL(5, 4),
+    confidence_to DECIMAL(5, 4),
+    lifecycle_from VARCHAR,
+    lifecycle_to VARCHAR,
+    decay_anchor TIMESTAMPTZ,
+    decay_cycles_from INTEGER,
+    decay_cycles_to INTEGER,
+    seen_explicit_reinforcements BIGINT NOT NULL,
+    seen_implicit_successes BIGINT NOT NULL,
+    seen_neutral_exposures BIGINT NOT NULL,
+    seen_explicit_corrections BIGINT NOT NULL,
+    operation_id UUID NOT NULL,
+    applied_at TIMESTAMPTZ,
+    applied_mode VARCHAR CHECK (applied_mode IN ('manual', 'auto')),
+    applied_version BIGINT,
+    PRIMARY KEY (user_id, patch_id, op_no),
+    UNIQUE (user_id, patch_id, op_id)
+);

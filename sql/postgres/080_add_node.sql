@@ -46,9 +46,19 @@ BEGIN
             ERRCODE = 'PR422', MESSAGE = 'decay_profile must be permanent, slow, medium, fast or rapid';
     END IF;
     v_node.decay_profile := add_node.decay_profile;
-    v_node.next_review_at := prme._valid_timestamp('next_review_at', add_node.next_review_at);
     v_node.lifecycle_state := 'active';
     v_node.created_at := v_now;
+    -- On a review schedule from the start, so that decay needs no date from the
+    -- caller: one cadence of its stability ahead, unless a time is given, or
+    -- 'infinity' (never due: no schedule, stored as NULL).
+    IF add_node.next_review_at = 'infinity' THEN
+        v_node.next_review_at := NULL;
+    ELSE
+        v_node.next_review_at := coalesce(
+            prme._valid_timestamp('next_review_at', add_node.next_review_at),
+            prme._plus_cadence(v_now, (prme._maintenance_setting(v_node.user_id, v_node.stability)).review_cadence)
+        );
+    END IF;
     v_node.updated_at := v_now;
     v_node.version := 1;
 
@@ -77,8 +87,9 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) IS
-'Creates a memory for user_id and journals it as a create record. node_id may be given (PR409 if taken); '
-'otherwise a random one is chosen. Invalid arguments raise PR422.';
+'Creates a memory for user_id and journals it as a create record. next_review_at defaults to now plus the review '
+'cadence of its stability (the owner''s setting); ''infinity'' means no review schedule (stored as NULL). node_id '
+'may be given (PR409 if taken); otherwise a random one is chosen. Invalid arguments raise PR422.';
 
 REVOKE ALL ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) TO prme_app;

@@ -270,7 +270,7 @@ AS $$
     RUN ON prme.route(user_id);
 $$;
 COMMENT ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid) IS
-'Creates a memory for user_id and journals it as a create record. node_id may be given (PR409 if taken); otherwise a random one is chosen. Invalid arguments raise PR422.';
+'Creates a memory for user_id and journals it as a create record. next_review_at defaults to now plus the review cadence of its stability (the owner''s setting); ''infinity'' means no review schedule (stored as NULL). node_id may be given (PR409 if taken); otherwise a random one is chosen. Invalid arguments raise PR422.';
 REVOKE ALL ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid) TO prme_app;
 
