@@ -256,7 +256,7 @@ class OutcomeSummary:
     explicit_corrections: int
     outcomes: int
     score: Decimal
-    suggested_stability: str
+    stability_by_outcomes: str
     last_outcome_at: datetime | None
 
 

@@ -89,7 +89,7 @@ def test_one_match_is_linked_and_counted(engine: Engine, memory: MemoryClient) -
     )
     assert outcome.notes == "No, alice indents code with spaces now" and outcome.node_version == 1
     summary = memory.outcome_summary(tabs.id, user_id=ALICE)
-    assert (summary.explicit_corrections, summary.suggested_stability) == (1, "low")
+    assert (summary.explicit_corrections, summary.stability_by_outcomes) == (1, "low")
     assert memory.list_correction_inbox(user_id=ALICE) == []
 
 

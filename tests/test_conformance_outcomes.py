@@ -141,7 +141,7 @@ def test_evidence_must_share_the_memorys_owner_and_scope(memory: MemoryClient) -
 def test_summary_counts_outcome_rows_and_confirmations(memory: MemoryClient) -> None:
     node = memory.add_node("prefers tabs", user_id=ALICE)
     empty = memory.outcome_summary(node.id, user_id=ALICE)
-    assert (empty.outcomes, empty.score, empty.suggested_stability, empty.last_outcome_at) == (
+    assert (empty.outcomes, empty.score, empty.stability_by_outcomes, empty.last_outcome_at) == (
         0,
         Decimal("0"),
         "semi-stable",
@@ -159,13 +159,13 @@ def test_summary_counts_outcome_rows_and_confirmations(memory: MemoryClient) -> 
         summary.explicit_corrections,
         summary.outcomes,
     ) == (1, 3, 1, 0, 5)
-    assert summary.score == Decimal("1.6") and summary.suggested_stability == "semi-stable"
+    assert summary.score == Decimal("1.6") and summary.stability_by_outcomes == "semi-stable"
     assert summary.last_outcome_at == confirmed.last_reinforced_at
     memory.record_outcome(node.id, "explicit_reinforcement", user_id=ALICE)
-    assert memory.outcome_summary(node.id, user_id=ALICE).suggested_stability == "stable"
+    assert memory.outcome_summary(node.id, user_id=ALICE).stability_by_outcomes == "stable"
     corrected = memory.record_outcome(node.id, "explicit_correction", user_id=ALICE)
     summary = memory.outcome_summary(node.id, user_id=ALICE)
-    assert (summary.explicit_corrections, summary.score, summary.suggested_stability) == (1, Decimal("1.6"), "low")
+    assert (summary.explicit_corrections, summary.score, summary.stability_by_outcomes) == (1, Decimal("1.6"), "low")
     assert summary.last_outcome_at == corrected.created_at
     with pytest.raises(NotFoundError):
         memory.outcome_summary(node.id, user_id=BOB)

@@ -185,7 +185,7 @@ def test_distinct_keys_all_count(conn: psycopg.Connection[Any], db_dsn: str) -> 
     assert (summary["explicit_reinforcements"], summary["implicit_successes"]) == (4, 4)
     assert (summary["neutral_exposures"], summary["explicit_corrections"]) == (4, 4)
     assert summary["score"] == Decimal("0.8")
-    assert summary["suggested_stability"] == "low"
+    assert summary["stability_by_outcomes"] == "low"
     _assert_sound(conn)
 
 

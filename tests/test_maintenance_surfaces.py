@@ -97,8 +97,8 @@ def test_sync_client_outcomes_replay_and_conflict(db_dsn: str) -> None:
         summary = memory.outcome_summary(ids["tabs"], user_id="alice")
         assert isinstance(summary, OutcomeSummary)
         assert (summary.explicit_reinforcements, summary.implicit_successes, summary.outcomes) == (2, 1, 3)
-        assert summary.score == Decimal("2.2") and summary.suggested_stability == "stable"
-        assert memory.outcome_summary(ids["berlin"], user_id="alice").suggested_stability == "low"
+        assert summary.score == Decimal("2.2") and summary.stability_by_outcomes == "stable"
+        assert memory.outcome_summary(ids["berlin"], user_id="alice").stability_by_outcomes == "low"
         with pytest.raises(NotFoundError):
             memory.outcome_summary(ids["bob"], user_id="alice")
 

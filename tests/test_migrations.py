@@ -816,3 +816,27 @@ def test_upgrading_to_review_from_start_keeps_old_memories_and_schedules_new_one
         assert conn.execute(never).fetchone()[0] is None
         for owner in ("alice", "bob"):
             assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+
+
+def test_upgrading_to_stability_by_outcomes_renames_the_column_and_keeps_every_summary(
+    pg_server: testing.Server,
+) -> None:
+    """outcome_summary answers the same values after the upgrade, its verdict under the new name,
+    and prme_app may still call it (the function is dropped and created again)."""
+    summaries = "SELECT s.* FROM prme.nodes AS n, prme.outcome_summary(n.user_id, n.id) AS s ORDER BY n.user_id, n.id"
+    with filled_before(pg_server, "stability_by_outcomes") as (conn, every, target):
+        before_rows = _rows(conn)
+        cur = conn.execute(summaries)
+        before = cur.fetchall()
+        assert "suggested_stability" in [c.name for c in cur.description or []]
+        assert before, "the fill records outcomes"
+        migrations.migrate(conn, [m for m in every if m.version <= target])
+        assert _rows_kept(conn, before_rows) == before_rows
+        cur = conn.execute(summaries)
+        assert cur.fetchall() == before
+        assert [c.name for c in cur.description or []][6] == "stability_by_outcomes"
+        node = conn.execute("SELECT user_id, id FROM prme.nodes LIMIT 1").fetchone()
+        assert node is not None
+        conn.execute("SET ROLE prme_app")
+        conn.execute("SELECT * FROM prme.outcome_summary(%s, %s)", list(node))
+        conn.execute("RESET ROLE")

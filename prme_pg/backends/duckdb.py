@@ -1101,7 +1101,7 @@ class DuckDBBackend:
                 explicit_corrections=ec,
                 outcomes=er + isx + ne + ec,
                 score=_outcome_score(er, isx, ne, ec),
-                suggested_stability=_suggested_stability(er, isx, ne, ec),
+                stability_by_outcomes=_stability_by_outcomes(er, isx, ne, ec),
                 last_outcome_at=_utc(max(last)) if last else None,
             )
 
@@ -1985,8 +1985,8 @@ def _outcome_score(er: int, isx: int, ne: int, ec: int) -> Decimal:
     return er * Decimal("1.0") + isx * Decimal("0.2") + ne * Decimal("0") - ec * Decimal("1.0")
 
 
-def _suggested_stability(er: int, isx: int, ne: int, ec: int) -> str:
-    """prme._suggested_stability: low on any correction or a negative score; stable only from
+def _stability_by_outcomes(er: int, isx: int, ne: int, ec: int) -> str:
+    """prme._stability_by_outcomes: low on any correction or a negative score; stable only from
     two explicit reinforcements; otherwise semi-stable."""
     if ec > 0 or _outcome_score(er, isx, ne, ec) < 0:
         return "low"

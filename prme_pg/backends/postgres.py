@@ -248,7 +248,7 @@ RECORD_OUTCOME: LiteralString = (
 )
 OUTCOME_SUMMARY: LiteralString = (
     "SELECT explicit_reinforcements, implicit_successes, neutral_exposures, explicit_corrections, outcomes, "
-    "score, suggested_stability, last_outcome_at "
+    "score, stability_by_outcomes, last_outcome_at "
     "FROM prme.outcome_summary(user_id => %(user_id)s, node_id => %(node_id)s::uuid)"
 )
 MAINTENANCE_REPORT: LiteralString = (

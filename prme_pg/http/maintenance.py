@@ -69,7 +69,7 @@ class OutcomeSummaryOut(BaseModel):
     explicit_corrections: int
     outcomes: int
     score: float
-    suggested_stability: str
+    stability_by_outcomes: str
     last_outcome_at: datetime | None
 
     @classmethod

@@ -448,7 +448,7 @@ function journalView(journal) {
 
 function outcomesView(outcomes, summary) {
   const counts = summary
-    ? h("p", {}, `${summary.outcomes} outcomes, score ${summary.score}, suggested stability ${summary.suggested_stability}.`)
+    ? h("p", {}, `${summary.outcomes} outcomes, score ${summary.score}, stability by outcomes ${summary.stability_by_outcomes}.`)
     : null;
   if (outcomes.length === 0) return h("div", {}, counts, h("p", { class: "hint" }, "No outcome recorded."));
   const rows = outcomes.map((o) =>

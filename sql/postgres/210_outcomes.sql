@@ -22,7 +22,7 @@
 
 -- The weight of each kind of outcome, defined here once: the table's CHECK, the
 -- rows _add_outcome writes, and the scores of outcome_summary and
--- _suggested_stability use it. A SQL-standard body: inlined (and folded to a
+-- _stability_by_outcomes use it. A SQL-standard body: inlined (and folded to a
 -- constant for a constant outcome).
 CREATE FUNCTION prme._outcome_weight(outcome text)
 RETURNS numeric
@@ -179,7 +179,7 @@ COMMENT ON FUNCTION prme._add_outcome(text, uuid, text, uuid, text, text, text, 
 'Internal: appends one outcome event and adds it to the running totals on the memory''s row. The caller has '
 'validated the arguments and holds a lock on the node.';
 
-CREATE FUNCTION prme._suggested_stability(
+CREATE FUNCTION prme._stability_by_outcomes(
     explicit_reinforcements bigint,
     implicit_successes bigint,
     neutral_exposures bigint,
@@ -207,7 +207,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme._suggested_stability(bigint, bigint, bigint, bigint) IS
+COMMENT ON FUNCTION prme._stability_by_outcomes(bigint, bigint, bigint, bigint) IS
 'Internal: the stability outcome counts suggest: low if any explicit correction or a negative score; stable only '
 'with at least 2 explicit reinforcements; otherwise semi-stable.';
 
@@ -387,7 +387,7 @@ RETURNS TABLE (
     explicit_corrections bigint,
     outcomes bigint,
     score numeric,
-    suggested_stability text,
+    stability_by_outcomes text,
     last_outcome_at timestamptz
 )
 LANGUAGE plpgsql
@@ -418,7 +418,7 @@ BEGIN
         + implicit_successes * prme._outcome_weight('implicit_success')
         + neutral_exposures * prme._outcome_weight('neutral_exposure')
         + explicit_corrections * prme._outcome_weight('explicit_correction');
-    suggested_stability := prme._suggested_stability(
+    stability_by_outcomes := prme._stability_by_outcomes(
         explicit_reinforcements, implicit_successes, neutral_exposures, explicit_corrections
     );
     -- The newest confirmation is a counted one (the counted ones are the newest).
@@ -431,7 +431,7 @@ $$;
 
 COMMENT ON FUNCTION prme.outcome_summary(text, uuid) IS
 'The outcome summary of a memory of user_id over all its outcomes: counts per outcome, score (sum of weights) and '
-'suggested stability (low if any correction or score < 0; stable only from at least 2 explicit reinforcements; '
+'stability_by_outcomes (low if any correction or score < 0; stable only from at least 2 explicit reinforcements; '
 'otherwise semi-stable). PR404 when the node is missing or foreign.';
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;

@@ -659,14 +659,14 @@ REVOKE ALL ON FUNCTION prme.operation_parts(text,text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.operation_parts(text,text) TO prme_app;
 
 CREATE FUNCTION prme.outcome_summary(user_id text, node_id uuid)
-RETURNS TABLE(explicit_reinforcements bigint, implicit_successes bigint, neutral_exposures bigint, explicit_corrections bigint, outcomes bigint, score numeric, suggested_stability text, last_outcome_at timestamp with time zone)
+RETURNS TABLE(explicit_reinforcements bigint, implicit_successes bigint, neutral_exposures bigint, explicit_corrections bigint, outcomes bigint, score numeric, stability_by_outcomes text, last_outcome_at timestamp with time zone)
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
 COMMENT ON FUNCTION prme.outcome_summary(text,uuid) IS
-'The outcome summary of a memory of user_id over all its outcomes: counts per outcome, score (sum of weights) and suggested stability (low if any correction or score < 0; stable only from at least 2 explicit reinforcements; otherwise semi-stable). PR404 when the node is missing or foreign.';
+'The outcome summary of a memory of user_id over all its outcomes: counts per outcome, score (sum of weights) and stability_by_outcomes (low if any correction or score < 0; stable only from at least 2 explicit reinforcements; otherwise semi-stable). PR404 when the node is missing or foreign.';
 REVOKE ALL ON FUNCTION prme.outcome_summary(text,uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.outcome_summary(text,uuid) TO prme_app;
 

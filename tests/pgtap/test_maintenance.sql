@@ -314,7 +314,7 @@ SELECT results_eq(
       WHERE user_id = 'mt_patch' ORDER BY id$$,
     $$VALUES ('01', 'stable', 0.7::numeric(5, 4), 'active', now() - interval '90 days'),
              ('02', 'semi-stable', 0.5, 'active', now() + interval '720 hours'),
-             ('03', 'low', 0.5, 'active', NULL),
+             ('03', 'low', 0.5, 'active', now() + interval '7 days'),  -- on low's cadence since created
              ('04', 'semi-stable', 0.35, 'active', now() - interval '1 day')$$,
     'decay lowered confidence; the increase reset the cadence (30 days of the new stability)');
 SELECT results_eq(

@@ -107,7 +107,7 @@ SELECT lives_ok($$
 $$, 'record implicit successes, neutral exposures and explicit reinforcements');
 SELECT results_eq(
     $$SELECT s.explicit_reinforcements, s.implicit_successes, s.neutral_exposures, s.explicit_corrections,
-             s.outcomes, s.score, s.suggested_stability
+             s.outcomes, s.score, s.stability_by_outcomes
       FROM unnest(ARRAY['a1000000-0000-4000-8000-000000000005', 'a1000000-0000-4000-8000-000000000006',
                         'a1000000-0000-4000-8000-000000000007', 'a1000000-0000-4000-8000-000000000002']::uuid[])
            WITH ORDINALITY AS u (id, n),
@@ -124,9 +124,9 @@ SELECT is(
 SELECT throws_ok(
     $$SELECT * FROM prme.outcome_summary('oc_bob', 'a1000000-0000-4000-8000-000000000001')$$,
     'PR404', 'node not found', 'summary of another owner''s node: PR404');
-SELECT is(prme._suggested_stability(3, 0, 0, 0), 'stable', 'suggested: 3 explicit reinforcements -> stable');
-SELECT is(prme._suggested_stability(1, 20, 0, 0), 'semi-stable', 'suggested: 1 explicit + 20 implicit -> semi-stable');
-SELECT is(prme._suggested_stability(9, 9, 9, 1), 'low', 'suggested: any correction -> low');
+SELECT is(prme._stability_by_outcomes(3, 0, 0, 0), 'stable', 'suggested: 3 explicit reinforcements -> stable');
+SELECT is(prme._stability_by_outcomes(1, 20, 0, 0), 'semi-stable', 'suggested: 1 explicit + 20 implicit -> semi-stable');
+SELECT is(prme._stability_by_outcomes(9, 9, 9, 1), 'low', 'suggested: any correction -> low');
 
 -- -----------------------------------------------------------------------------
 -- 3. Idempotency by request_id
@@ -297,7 +297,7 @@ SELECT results_eq(
              (NULL, 4, NULL)$$,
     'each applied reinforce appends one event: evidence and version recorded');
 SELECT results_eq(
-    $$SELECT explicit_reinforcements, suggested_stability
+    $$SELECT explicit_reinforcements, stability_by_outcomes
       FROM prme.outcome_summary('oc_alice', 'a1000000-0000-4000-8000-000000000008')$$,
     $$VALUES (3::bigint, 'stable')$$,
     'reinforce outcomes count in the summary');

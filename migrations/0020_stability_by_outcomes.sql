@@ -1,0 +1,110 @@
+-- prme-pg migration 0020_stability_by_outcomes: one name per concept (issue 22 item 4).
+-- prme.outcome_summary's column suggested_stability becomes stability_by_outcomes, and its
+-- helper prme._suggested_stability becomes prme._stability_by_outcomes: a verdict over every
+-- outcome a memory ever had, which is not the maintenance report's suggested_stability (where
+-- the report's one-step move would take the memory, from the outcomes since its last review).
+-- A client reading the summary's column by name reads the new name (docs/MAINTENANCE.md).
+-- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0020_stability_by_outcomes.sql
+-- (or prme-pg migrate). outcome_summary's result type changes, so it is dropped and created
+-- again with its grant: catalog locks only, each held for a moment; no data is touched.
+-- Its body is copied from sql/postgres/210_outcomes.sql.
+
+SET LOCAL ROLE prme_owner;
+
+DROP FUNCTION prme.outcome_summary(text, uuid);
+DROP FUNCTION prme._suggested_stability(bigint, bigint, bigint, bigint);
+
+-- >>> sql/postgres/210_outcomes.sql
+
+CREATE FUNCTION prme.outcome_summary(user_id text, node_id uuid)
+RETURNS TABLE (
+    explicit_reinforcements bigint,
+    implicit_successes bigint,
+    neutral_exposures bigint,
+    explicit_corrections bigint,
+    outcomes bigint,
+    score numeric,
+    stability_by_outcomes text,
+    last_outcome_at timestamptz
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_user_id text := prme._valid_user_id(outcome_summary.user_id);
+    v_node prme.nodes;
+BEGIN
+    IF outcome_summary.node_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
+    END IF;
+    SELECT n.* INTO v_node FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = outcome_summary.node_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
+    END IF;
+
+    -- Confirmations and explicit_reinforcement outcome rows are counted apart.
+    explicit_reinforcements := v_node.recorded_reinforcements + v_node.reinforcements;
+    implicit_successes := v_node.implicit_successes;
+    neutral_exposures := v_node.neutral_exposures;
+    explicit_corrections := v_node.explicit_corrections;
+    outcomes := explicit_reinforcements + implicit_successes + neutral_exposures + explicit_corrections;
+    score := explicit_reinforcements * prme._outcome_weight('explicit_reinforcement')
+        + implicit_successes * prme._outcome_weight('implicit_success')
+        + neutral_exposures * prme._outcome_weight('neutral_exposure')
+        + explicit_corrections * prme._outcome_weight('explicit_correction');
+    stability_by_outcomes := prme._stability_by_outcomes(
+        explicit_reinforcements, implicit_successes, neutral_exposures, explicit_corrections
+    );
+    -- The newest confirmation is a counted one (the counted ones are the newest).
+    last_outcome_at := greatest(
+        v_node.last_outcome_at, CASE WHEN v_node.reinforcements > 0 THEN v_node.last_reinforced_at END
+    );
+    RETURN NEXT;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.outcome_summary(text, uuid) IS
+'The outcome summary of a memory of user_id over all its outcomes: counts per outcome, score (sum of weights) and '
+'stability_by_outcomes (low if any correction or score < 0; stable only from at least 2 explicit reinforcements; '
+'otherwise semi-stable). PR404 when the node is missing or foreign.';
+
+CREATE FUNCTION prme._stability_by_outcomes(
+    explicit_reinforcements bigint,
+    implicit_successes bigint,
+    neutral_exposures bigint,
+    explicit_corrections bigint
+)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Corrections weigh most: one is enough for low. Only explicit confirmation
+    -- reaches stable; silent successes never do.
+    IF explicit_corrections > 0
+       OR explicit_reinforcements * prme._outcome_weight('explicit_reinforcement')
+       + implicit_successes * prme._outcome_weight('implicit_success')
+       + neutral_exposures * prme._outcome_weight('neutral_exposure')
+       + explicit_corrections * prme._outcome_weight('explicit_correction') < 0 THEN
+        RETURN 'low';
+    END IF;
+    IF explicit_reinforcements >= 2 THEN
+        RETURN 'stable';
+    END IF;
+    RETURN 'semi-stable';
+END;
+$$;
+
+COMMENT ON FUNCTION prme._stability_by_outcomes(bigint, bigint, bigint, bigint) IS
+'Internal: the stability outcome counts suggest: low if any explicit correction or a negative score; stable only '
+'with at least 2 explicit reinforcements; otherwise semi-stable.';
+
+REVOKE ALL ON FUNCTION prme._stability_by_outcomes(bigint, bigint, bigint, bigint) FROM public;
+REVOKE ALL ON FUNCTION prme.outcome_summary(text, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.outcome_summary(text, uuid) TO prme_app;
+-- prme-pg:seal (everything above this line is hashed; do not edit this file)
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (20, 'stability_by_outcomes', 'ea33c6f89716c4f82a468979f793e237b0a1a49aaee31ea1bd0e8be2f1fd1a73');
