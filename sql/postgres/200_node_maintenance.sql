@@ -162,5 +162,3 @@ COMMENT ON FUNCTION prme._rebuild_outcome_totals(text) IS
 'Internal: recomputes the running totals of outcome rows on one owner''s memories from prme.outcomes, set-based '
 '(after a bulk load, or to repair), keeping review and decay bookkeeping. Returns the number of memories it '
 'changed (0 when everything was right). Run it while the owner''s outcomes are not being recorded.';
-
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;

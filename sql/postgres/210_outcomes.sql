@@ -434,8 +434,9 @@ COMMENT ON FUNCTION prme.outcome_summary(text, uuid) IS
 'stability_by_outcomes (low if any correction or score < 0; stable only from at least 2 explicit reinforcements; '
 'otherwise semi-stable). PR404 when the node is missing or foreign.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.record_outcome(text, uuid, text, uuid, text, text, text, uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.record_outcome(text, uuid, text, uuid, text, text, text, uuid) TO prme_app;
+REVOKE ALL ON FUNCTION prme.outcome_summary(text, uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.outcome_summary(text, uuid) TO prme_app;
 ALTER TABLE prme.outcomes ENABLE ROW LEVEL SECURITY;
 

@@ -101,5 +101,5 @@ COMMENT ON FUNCTION prme.mark_reviewed(text, uuid, timestamptz) IS
 'the review cadence of its stability (this resets decay), and every outcome so far counts as seen by the review. '
 'Journaled as op review. PR404 for a missing, foreign or archived node.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.mark_reviewed(text, uuid, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION prme.mark_reviewed(text, uuid, timestamptz) TO prme_app;

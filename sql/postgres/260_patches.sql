@@ -519,9 +519,11 @@ COMMENT ON FUNCTION prme.apply_patch(text, uuid, text[], text) IS
 'mark_contested. One row per op considered: status applied, already_applied or stale (the memory changed since '
 'the proposal; nothing written). Each op applies at most once, also under concurrent calls.';
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA prme FROM public;
+REVOKE ALL ON FUNCTION prme.maintenance_patch(text, timestamptz) FROM public;
 GRANT EXECUTE ON FUNCTION prme.maintenance_patch(text, timestamptz) TO prme_app;
+REVOKE ALL ON FUNCTION prme.get_patch(text, uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.get_patch(text, uuid) TO prme_app;
+REVOKE ALL ON FUNCTION prme.apply_patch(text, uuid, text[], text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.apply_patch(text, uuid, text[], text) TO prme_app;
 ALTER TABLE prme.maintenance_patches ENABLE ROW LEVEL SECURITY;
 ALTER TABLE prme.patch_ops ENABLE ROW LEVEL SECURITY;

@@ -354,6 +354,9 @@ COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
 'prme.submit_operation expects. PR422 for a payload over 1 MiB, nested deeper than 32 levels, or with a number '
 'out of double range or without an exact double form.';
 
+REVOKE ALL ON FUNCTION prme.derived_id(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.derived_id(text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.canonical_json(jsonb) FROM public;
 GRANT EXECUTE ON FUNCTION prme.canonical_json(jsonb) TO prme_app;
+REVOKE ALL ON FUNCTION prme.payload_hash(jsonb) FROM public;
 GRANT EXECUTE ON FUNCTION prme.payload_hash(jsonb) TO prme_app;

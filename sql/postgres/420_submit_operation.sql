@@ -282,6 +282,9 @@ COMMENT ON FUNCTION prme.get_receipt(text, text) IS
 'The receipt of an operation of user_id as it stands now. PR404 when the id is unknown to this owner, PR422 '
 'when it is no operation id.';
 
+REVOKE ALL ON FUNCTION prme.submit_operation(text, text, integer, text, text[], text, jsonb) FROM public;
 GRANT EXECUTE ON FUNCTION prme.submit_operation(text, text, integer, text, text[], text, jsonb) TO prme_app;
+REVOKE ALL ON FUNCTION prme.get_receipt(text, text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.get_receipt(text, text) TO prme_app;
+REVOKE ALL ON FUNCTION prme.ledger_limits() FROM public;
 GRANT EXECUTE ON FUNCTION prme.ledger_limits() TO prme_app;

@@ -125,4 +125,5 @@ COMMENT ON FUNCTION prme.operation_events(text, bigint, text, integer) IS
 'because only events of transactions older than every running one are shown, and across a move to another '
 'server (prme-pg shard move). PR404 for an unknown operation_id, PR422 for one that is no operation id.';
 
+REVOKE ALL ON FUNCTION prme.operation_events(text, bigint, text, integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.operation_events(text, bigint, text, integer) TO prme_app;

@@ -973,5 +973,7 @@ COMMENT ON FUNCTION prme.ledger_status() IS
 'Readiness of the ledger across owners: whether this server accepts submits (not a read-only standby), '
 'the executor''s backlog (accepted, blocked, processing) and the age of the oldest unfinished claimable operation.';
 
+REVOKE ALL ON FUNCTION prme.run_operations(integer, text, integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.run_operations(integer, text, integer) TO prme_app;
+REVOKE ALL ON FUNCTION prme.ledger_status() FROM public;
 GRANT EXECUTE ON FUNCTION prme.ledger_status() TO prme_app;
