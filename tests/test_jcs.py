@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -212,10 +213,26 @@ def test_nul_is_refused_by_jsonb_before_prme(jcs_conn: psycopg.Connection[Any]) 
 
 
 @SETTINGS
-@given(operation_id=st.uuids())
-def test_derived_id_is_python_uuid5(jcs_conn: psycopg.Connection[Any], operation_id: uuid.UUID) -> None:
-    row = jcs_conn.execute("SELECT prme.derived_id(%s)", (operation_id,)).fetchone()
+@given(operation_id=st.uuids(), upper=st.booleans())
+def test_derived_id_of_a_uuid_is_python_uuid5_of_its_lowercase_text(
+    jcs_conn: psycopg.Connection[Any], operation_id: uuid.UUID, upper: bool
+) -> None:
+    # A UUID id is one id whatever its case (stored lowercase, as when ids were uuid).
+    text = str(operation_id).upper() if upper else str(operation_id)
+    row = jcs_conn.execute("SELECT prme.derived_id(%s)", (text,)).fetchone()
     assert row == (uuid.uuid5(OPERATIONS_NAMESPACE, str(operation_id)),)
+
+
+@SETTINGS
+@given(operation_id=st.from_regex(r"[A-Za-z0-9._:-]{1,128}", fullmatch=True))
+def test_derived_id_of_any_other_id_is_python_uuid5_of_the_id(
+    jcs_conn: psycopg.Connection[Any], operation_id: str
+) -> None:
+    # Only the 8-4-4-4-12 form is read as a UUID (lowercased); any other id is kept as given.
+    uuid_form = re.fullmatch(r"[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}", operation_id)
+    expected = uuid.uuid5(OPERATIONS_NAMESPACE, operation_id.lower() if uuid_form else operation_id)
+    row = jcs_conn.execute("SELECT prme.derived_id(%s)", (operation_id,)).fetchone()
+    assert row == (expected,)
 
 
 @SETTINGS

@@ -151,7 +151,7 @@ def sessions(module_db: str) -> Iterator[Sessions]:
         payload = {"content": "queued evidence"}
         setup.execute(
             "SELECT prme.submit_operation('alice', %s, 2, 'add_event', '{}', %s, %s)",
-            [uuid.uuid4(), hashlib.sha256(rfc8785.dumps(payload)).hexdigest(), Jsonb(payload)],
+            [str(uuid.uuid4()), hashlib.sha256(rfc8785.dumps(payload)).hexdigest(), Jsonb(payload)],
         )
         setup.execute("SELECT prme.link_correction('alice', 'no, something else entirely', '{}')")
         setup.execute("SELECT prme.publish_snapshot('alice', 'personal')")
@@ -231,7 +231,7 @@ def _ledger_calls() -> list[tuple[Any, Any]]:
         "add_event": {"content": "said at a precise time", "occurred_at": "2024-05-06T07:08:09.123456+02:00"},
         "add_node": {"content": "one\vtwo\tthree\fFour five six seven", "token_budget": 2},
     }
-    ids = {kind: uuid.uuid5(uuid.NAMESPACE_URL, f"urn:test:{kind}") for kind in payloads}
+    ids = {kind: str(uuid.uuid5(uuid.NAMESPACE_URL, f"urn:test:{kind}")) for kind in payloads}
     submit = "SELECT state FROM prme.submit_operation('alice', %s, 2, %s, '{}', %s, %s)"
     receipt = "SELECT kind, state, result, error FROM prme.get_receipt('alice', %s)"
     return [
