@@ -220,6 +220,7 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
                     "updated_at": now,
                     "version": after["version"],
                     "last_checksum": checksum,
+                    "confirmations": 1,
                 },
             )
             con.execute(
@@ -277,8 +278,9 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
 
 def _by_hand(con: duckdb.DuckDBPyConnection, nodes: list[uuid.UUID]) -> Callable[[], None]:
     """The same rows written by hand, as a user would without prme: SELECT the node, build a
-    reinforce record of the same size in Python (sorted JSON, sha256), UPDATE the node, INSERT
-    the record carrying its key, COMMIT. No validation, no replay check, no rules engine."""
+    reinforce record of the same size in Python (sorted JSON, sha256), UPDATE the node (its
+    state, chain link and confirmation count), INSERT the record carrying its key, COMMIT. No
+    validation, no replay check, no rules engine."""
     turn = iter(range(1 << 62))
 
     def call() -> None:
@@ -325,7 +327,8 @@ def _by_hand(con: duckdb.DuckDBPyConnection, nodes: list[uuid.UUID]) -> Callable
         checksum = hashlib.sha256(record.encode()).hexdigest()
         con.execute(
             "UPDATE prme.nodes SET reinforcement_boost = ?, confidence_base = ?, last_reinforced_at = ?, "
-            "updated_at = ?, version = ?, last_checksum = ? WHERE user_id = ? AND id = ?",
+            "updated_at = ?, version = ?, last_checksum = ?, reinforcements = reinforcements + 1 "
+            "WHERE user_id = ? AND id = ?",
             [after_boost, after_confidence, now, now, version + 1, checksum, USER, node_id],
         )
         con.execute(
@@ -457,7 +460,8 @@ class ReportTiming:
     outcomes: int
     rows: int
     scan_ms: float
-    #: The report's statement, counted in SQL (as bench/maintenance_bench.py measures PostgreSQL's).
+    #: The report's statements (the check for outcomes after as_of, then the report), counted in
+    #: SQL (as bench/maintenance_bench.py measures PostgreSQL's).
     computed_ms: float
     #: MemoryClient.maintenance_report: the statement and a Python object per row.
     report_ms: float
@@ -527,14 +531,15 @@ def pack_maintenance(runs: int = 5) -> ReportTiming:
                 key = pack_sql._SETTING_KEYS[setting.stability]
                 params[f"{key}_us"] = setting.review_cadence // timedelta(microseconds=1)
                 params[f"{key}_decay"] = int(setting.decay_per_cycle * 10000)
-            counted = f"SELECT count(*) FROM ({pack_sql.REPORT})"
             scans, computed, reports, rows = [], [], [], 0
             for _ in range(runs):
                 start = time.perf_counter()
                 con.execute(OUTCOME_SCAN, {"user_id": USER}).fetchall()
                 scans.append((time.perf_counter() - start) * 1000)
                 start = time.perf_counter()
-                con.execute(counted, params).fetchall()
+                # The client's statements: whether outcomes came after as_of, then the report.
+                statement = pack_sql.report_statement(con, USER, now)
+                con.execute(f"SELECT count(*) FROM ({statement})", params).fetchall()
                 computed.append((time.perf_counter() - start) * 1000)
                 start = time.perf_counter()
                 rows = len(memory.maintenance_report(user_id=USER))
