@@ -39,7 +39,7 @@ from prme_pg import (
     testing,
 )
 from prme_pg.backends import Request
-from prme_pg.backends.duckdb import PACK_FILE, PackClosedError
+from prme_pg.backends.duckdb import FORMAT_VERSION, PACK_FILE, PackClosedError
 from prme_pg.backends.postgres import is_dsn
 from prme_pg.demo import run_demo
 
@@ -226,7 +226,9 @@ def test_a_format_1_pack_keeps_its_keys_in_format_2(tmp_path: Path) -> None:
         assert con.execute("SELECT key_namespace FROM prme.journal WHERE request_id = ?", [key]).fetchall() == [
             ("default",)
         ]
-        assert con.execute("SELECT value FROM prme.pack_info WHERE key = 'format_version'").fetchone() == ("2",)
+        assert con.execute("SELECT value FROM prme.pack_info WHERE key = 'format_version'").fetchone() == (
+            str(FORMAT_VERSION),
+        )
 
 
 _HOLDER = """

@@ -8,7 +8,8 @@
 -- foreign keys (DuckDB cannot defer them, and rejects updates of a referenced
 -- row) and the append-only triggers of events and journal. verify_journal
 -- (030_checks.sql) detects any change made behind its back.
--- Applied on every open; every statement is idempotent.
+-- Applied on every open; every statement is idempotent. A pack of an older format is
+-- brought to this one by prme_pg.backends.duckdb (_upgrade_pack) right after.
 -- =============================================================================
 
 CREATE SCHEMA IF NOT EXISTS prme;
@@ -41,6 +42,27 @@ CREATE TABLE IF NOT EXISTS prme.nodes (
     version BIGINT NOT NULL CHECK (version > 0),
     -- Derived: checksum of this node's newest journal record (the next record's link).
     last_checksum VARCHAR NOT NULL CHECK (regexp_full_match(last_checksum, '[0-9a-f]{64}')),
+    -- Derived bookkeeping, as on PostgreSQL's prme.nodes (sql/postgres/040_nodes.sql,
+    -- docs/MAINTENANCE.md section 7), written by the statements that write the memory's
+    -- row anyway, so that outcome readers and the maintenance report read one row per
+    -- memory: applied confirmations (each also a journal record of op reinforce), the
+    -- running totals of its outcome rows, the totals its last review settled
+    -- (reviewed_explicit_reinforcements over confirmations and outcome rows together),
+    -- and the overdue cycles decayed against the next_review_at in decay_anchor. Not
+    -- part of a node's state in the journal.
+    reinforcements BIGINT NOT NULL DEFAULT 0,
+    recorded_reinforcements BIGINT NOT NULL DEFAULT 0,
+    implicit_successes BIGINT NOT NULL DEFAULT 0,
+    neutral_exposures BIGINT NOT NULL DEFAULT 0,
+    explicit_corrections BIGINT NOT NULL DEFAULT 0,
+    last_outcome_at TIMESTAMPTZ,
+    reviewed_explicit_reinforcements BIGINT NOT NULL DEFAULT 0,
+    reviewed_implicit_successes BIGINT NOT NULL DEFAULT 0,
+    reviewed_neutral_exposures BIGINT NOT NULL DEFAULT 0,
+    reviewed_explicit_corrections BIGINT NOT NULL DEFAULT 0,
+    reviewed_at TIMESTAMPTZ,
+    decay_anchor TIMESTAMPTZ,
+    decay_cycles INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (user_id, id)
 );
 
@@ -233,25 +255,6 @@ CREATE TABLE IF NOT EXISTS prme.correction_inbox (
     resolved_at TIMESTAMPTZ,
     PRIMARY KEY (user_id, id),
     CHECK ((reason = 'ambiguous') = (len(matched_node_ids) >= 2))
-);
-
--- Review and decay bookkeeping per memory (sql/postgres/200_node_maintenance.sql, the
--- columns a memory's own rows cannot give): the outcome totals its last review settled
--- and the overdue cycles decayed against which next_review_at. A memory has a row once
--- it was reviewed or decayed; none reads as zeros. Totals of outcomes are not kept here:
--- the pack counts outcome rows and confirmations' journal records when it reports.
-CREATE TABLE IF NOT EXISTS prme.node_maintenance (
-    user_id VARCHAR NOT NULL,
-    node_id UUID NOT NULL,
-    reviewed_explicit_reinforcements BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_explicit_reinforcements >= 0),
-    reviewed_implicit_successes BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_implicit_successes >= 0),
-    reviewed_neutral_exposures BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_neutral_exposures >= 0),
-    reviewed_explicit_corrections BIGINT NOT NULL DEFAULT 0 CHECK (reviewed_explicit_corrections >= 0),
-    reviewed_at TIMESTAMPTZ,
-    decay_anchor TIMESTAMPTZ,
-    decay_cycles INTEGER NOT NULL DEFAULT 0 CHECK (decay_cycles >= 0),
-    updated_at TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (user_id, node_id)
 );
 
 -- Maintenance patches and their ops (sql/postgres/260_patches.sql): what each op changes
