@@ -802,7 +802,8 @@ def _print_applied(console: Console, applied: list[AppliedOp], title: str) -> No
 
 
 def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
-    _require_dsn(args)
+    if _pack(args) is None:
+        _require_dsn(args)
     if args.report and args.mode == "auto":
         raise UsageError("--report changes nothing: it cannot be combined with --mode=auto")
     with _client(args) as memory:
@@ -1453,6 +1454,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_maintain,
     )
     add_dsn(maintain)
+    maintain.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
     _add_user(maintain)
     maintain.add_argument("--report", action="store_true", help="only show the recommendations; change nothing")
     maintain.add_argument(
@@ -1528,6 +1530,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     curate = add("curate", "Show a maintenance patch, or apply the ops you selected from it.", cmd_curate)
     add_dsn(curate)
+    curate.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
     curate.add_argument("patch_id", help="the patch id printed by prme-pg maintain")
     _add_user(curate)
     curate.add_argument(

@@ -38,7 +38,7 @@ from tests.test_http import Api, _problem
 from .live_server import serve
 
 
-def _seed(dsn: str) -> dict[str, uuid.UUID]:
+def _seed(dsn: str | Path) -> dict[str, uuid.UUID]:
     """alice: tabs (2 confirmations: increase_stability), berlin (2 corrections: decrease
     and mark_contested), overdue (a decay); bob: one corrected memory."""
     past = datetime.now(UTC) - timedelta(days=100)
@@ -208,12 +208,21 @@ def test_memory_packs_answer_outcomes_and_maintenance_async(tmp_path: Path) -> N
 # -- the CLI ------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["postgres", "pack"])
+def cli_target(request: pytest.FixtureRequest, db_dsn: str, tmp_path: Path) -> tuple[str | Path, list[str]]:
+    """Where the CLI's maintenance commands act: a database (--dsn) or a memory pack (--pack)."""
+    if request.param == "postgres":
+        return db_dsn, ["--dsn", db_dsn]
+    return tmp_path / "pack", ["--pack", str(tmp_path / "pack")]
+
+
 def test_cli_maintain_and_curate(
-    db_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cli_target: tuple[str | Path, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("COLUMNS", "400")  # wide tables: no wrapped cells to search
+    db_dsn, where = cli_target
     ids = _seed(db_dsn)
-    base = ["--user", "alice", "--dsn", db_dsn]
+    base = ["--user", "alice", *where]
 
     assert cli.main(["maintain", "--report", *base, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["recommendations"]
@@ -242,7 +251,7 @@ def test_cli_maintain_and_curate(
     assert "applied" in capsys.readouterr().out
     assert cli.main([*curate, "--select", "op_999"]) == 1
     assert "not found" in capsys.readouterr().err
-    assert cli.main(["curate", patch["patch_id"], "--user", "bob", "--dsn", db_dsn]) == 1
+    assert cli.main(["curate", patch["patch_id"], "--user", "bob", *where]) == 1
     capsys.readouterr()
     with MemoryClient(db_dsn) as memory:
         assert memory.get_node(ids["berlin"], user_id="alice").lifecycle_state == "contested"
@@ -269,6 +278,7 @@ def test_cli_usage_errors(db_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: 
         ["curate", "--user", "a", "--dsn", db_dsn],
         ["curate", patch_id, "--user", "a"],
         ["curate", patch_id, "--user", "a", "--select", ",", "--dsn", db_dsn],
+        ["maintain", "--user", "a", "--pack", "./p", "--dsn", db_dsn],
     ):
         assert cli.main(argv) == 2, argv
     capsys.readouterr()
