@@ -383,8 +383,9 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     else:
         dsn = _reachable(args)  # fail fast, in one line, before the server and its pool start
         client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
+    where = f"the unix socket {args.uds}" if args.uds else f"http://{args.host}:{args.port}"
     console.print(
-        f"serving the prme-pg HTTP API on http://{args.host}:{args.port} (OpenAPI at /openapi.json)"
+        f"serving the prme-pg HTTP API on {where} (OpenAPI at /openapi.json)"
         + (f" over the memory pack at {pack}" if pack is not None else ""),
         markup=False,
         highlight=False,
@@ -399,7 +400,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     if args.metrics_port is not None:
         return _serve_with_metrics(args, client, console, limits, trusted)
     app = create_app(client, limits=limits, trusted=trusted)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(limits))
+    uvicorn.run(app, host=args.host, port=args.port, uds=args.uds, log_level=args.log_level, **uvicorn_options(limits))
     return EXIT_OK
 
 
@@ -414,16 +415,16 @@ def _serve_trusted(args: argparse.Namespace, on_pack: bool) -> Any:
 
     if on_pack:
         raise UsageError("--trusted-loopback opens the ledger, which needs PostgreSQL (a memory pack has none)")
-    if not is_loopback(args.host):
+    if not args.uds and not is_loopback(args.host):
         raise UsageError(
             f"--trusted-loopback serves the ledger without tokens: bind a loopback address "
-            f"(--host 127.0.0.1 or ::1), not {args.host}"
+            f"(--host 127.0.0.1 or ::1) or a unix socket (--uds PATH), not {args.host}"
         )
     if args.default_user is not None and (
         not args.default_user or args.default_user != args.default_user.strip() or len(args.default_user) > 256
     ):
         raise UsageError("--default-user must be 1 to 256 characters without surrounding spaces")
-    return TrustedLoopback(default_user=args.default_user)
+    return TrustedLoopback(default_user=args.default_user, unix_socket=bool(args.uds))
 
 
 def _serve_with_metrics(
@@ -445,6 +446,7 @@ def _serve_with_metrics(
             metrics,
             host=args.host,
             port=args.port,
+            uds=args.uds,
             metrics_host=args.metrics_host,
             metrics_port=args.metrics_port,
             log_level=args.log_level,
@@ -1319,6 +1321,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--pack", default=None, help="serve a memory pack folder instead of a database (default: none)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=_between(1, 65535), default=8080, help="TCP port to listen on")
+    serve.add_argument(
+        "--uds",
+        default=None,
+        metavar="PATH",
+        help="listen on this unix socket instead of --host and --port (default: none)",
+    )
     serve.add_argument("--pool-size", type=_between(1, 1000), default=10, help="database connections")
     serve.add_argument(
         "--statement-timeout",
@@ -1358,7 +1366,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--trusted-loopback",
         action="store_true",
         help="answer ledger requests (/api/v2) from loopback peers without a token, for the payload's "
-        "user_id or --default-user; only on a loopback --host (docs/SECURITY.md; default: off)",
+        "user_id or --default-user; only on a loopback --host or a --uds socket (docs/SECURITY.md; default: off)",
     )
     serve.add_argument(
         "--default-user",

@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -509,3 +510,31 @@ def test_trusted_mode_is_loopback_only_and_opens_the_ledger_alone(server: str, d
         assert http.get("/api/v2/operations/other-owner", params={"user_id": "bob"}).status_code == 200
         # A token still works, and then names the owner itself.
         assert http.get("/api/v2/operations/other-owner", headers={"Authorization": "Bearer nope"}).status_code == 401
+
+
+def test_trusted_mode_on_a_unix_socket(db_dsn: str, tmp_path: Path) -> None:
+    """serve --uds --trusted-loopback: peers of the socket (which have no address) deliver to the
+    ledger without a token; every other route still needs one."""
+    socket_path = tmp_path / "prme.sock"
+    serve = _spawn("serve", "--dsn", db_dsn, "--uds", str(socket_path), "--trusted-loopback", "--default-user", OWNER)
+    try:
+        transport = httpx.HTTPTransport(uds=str(socket_path))
+        with httpx.Client(transport=transport, base_url="http://prme") as http:
+            deadline = time.monotonic() + 60
+            while True:
+                assert serve.poll() is None, _stop(serve)
+                try:
+                    if http.get("/health", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "prme-pg serve --uds did not start"
+                time.sleep(0.1)
+            op = _memory("over the socket")
+            accepted = http.post("/api/v2/operations", json=op.request())
+            assert accepted.status_code == 202, accepted.text
+            assert http.get(f"/api/v2/operations/{op.operation_id}").json()["operation_id"] == op.operation_id
+            assert http.get("/api/v2/ledger").status_code == 401
+            assert http.post("/v1/nodes", json={"content": "x"}).status_code == 401
+    finally:
+        _stop(serve)

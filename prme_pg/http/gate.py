@@ -70,9 +70,12 @@ def is_public(path: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class TrustedLoopback:
     """Trusted loopback mode: the ledger's routes answer loopback peers without a token, for the
-    owner named in the payload (``user_id``) or ``default_user``."""
+    owner named in the payload (``user_id``) or ``default_user``. ``unix_socket``: the server
+    listens on a unix socket only (``serve --uds``), whose peers have no address and are all
+    on this machine, behind the socket file's permissions."""
 
     default_user: str | None = None
+    unix_socket: bool = False
 
 
 #: The routes trusted loopback mode opens: the ledger's.
@@ -220,15 +223,13 @@ class OwnerGate:
             await _too_many(slots.limit, what, scope, receive, send)
 
     def _trusts(self, scope: Scope) -> bool:
-        """Trusted mode is on, the request is the ledger's and its peer is on loopback."""
+        """Trusted mode is on, the request is the ledger's and its peer is on loopback (or on the
+        unix socket the server listens on alone)."""
+        if self.trusted is None or TRUSTED_PATH.match(scope["path"]) is None:
+            return False
         peer = scope.get("client")
-        return (
-            self.trusted is not None
-            and TRUSTED_PATH.match(scope["path"]) is not None
-            and peer is not None
-            and is_loopback(str(peer[0]))
-            and "authorization" not in Headers(scope=scope)
-        )
+        local = self.trusted.unix_socket if peer is None else is_loopback(str(peer[0]))
+        return local and "authorization" not in Headers(scope=scope)
 
     async def _pass_trusted(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = STREAM_PATH.match(scope["path"]) is not None

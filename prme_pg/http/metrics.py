@@ -81,6 +81,7 @@ async def serve(
     *,
     host: str,
     port: int,
+    uds: str | None = None,
     metrics_host: str,
     metrics_port: int,
     log_level: str,
@@ -95,7 +96,7 @@ async def serve(
 
     servers = [
         # api_options: the API server's protocol options (its head limit: prme_pg.http.uvicorn_options).
-        uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level=log_level, **(api_options or {}))),
+        uvicorn.Server(uvicorn.Config(api, host=host, port=port, uds=uds, log_level=log_level, **(api_options or {}))),
         uvicorn.Server(
             uvicorn.Config(
                 metrics_app(service), host=metrics_host, port=metrics_port, log_level=log_level, lifespan="off"
