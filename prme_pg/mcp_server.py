@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -45,6 +44,7 @@ from .aio import AsyncMemoryClient
 from .backends.postgres import is_dsn
 from .errors import IdempotencyConflict, NotFoundError, PrmeError
 from .tokens import parse_token
+from .validation import is_loopback
 
 __all__ = [
     "MCP_NAMESPACE",
@@ -433,15 +433,6 @@ def http_app(client: AsyncMemoryClient, *, user_id: str | None, host: str) -> AS
         streamable_http_path="/mcp", stateless_http=True, json_response=True, host=host
     )
     return app if user_id is not None else BearerOwner(app, client.authenticate_api_token)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def run(

@@ -56,6 +56,7 @@ from .models import Receipt
 from .spool import Spool, StateMismatch, decode_document, time_ordered_uuid
 from .sqlstate import database_unavailable, describe
 from .validation import (
+    LEDGER_KINDS,
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
     check_json_depth,
@@ -91,17 +92,6 @@ log = logging.getLogger("prme_pg.outbox")
 
 T = TypeVar("T")
 
-#: The operation kinds the ledger accepts: ``prme._operation_kinds()`` (sql/postgres/410_operations.sql),
-#: in its order; tests/test_ledger.py holds the two equal.
-LEDGER_KINDS = (
-    "add_node",
-    "add_event",
-    "reinforce",
-    "archive_node",
-    "record_outcome",
-    "link_correction",
-    "add_memory",
-)
 SCHEMA_VERSION = 2
 #: The ledger refuses payloads over 1 MiB; the outbox measures the RFC 8785 text.
 MAX_PAYLOAD_BYTES = MAX_JSON_BYTES

@@ -8,6 +8,7 @@ stop hook that only enqueues does not load a database driver to validate a user 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -19,10 +20,12 @@ from uuid import UUID
 from .errors import InvalidInput
 
 __all__ = [
+    "LEDGER_KINDS",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "JSONTooDeep",
     "check_json_depth",
+    "is_loopback",
     "json_depth_exceeds",
     "loads_bounded",
     "loads_strict",
@@ -59,6 +62,18 @@ def parse_uuid(argument: str, value: object) -> UUID:
         shown = shown[:77] + "..."
     raise InvalidInput(f"{argument} must be a UUID, got {shown}")
 
+
+#: The operation kinds the ledger accepts: ``prme._operation_kinds()`` (sql/postgres/410_operations.sql),
+#: in its order; tests/test_ledger.py holds the two equal. The outbox, the CLI and the HTTP API use this copy.
+LEDGER_KINDS = (
+    "add_node",
+    "add_event",
+    "reinforce",
+    "archive_node",
+    "record_outcome",
+    "link_correction",
+    "add_memory",
+)
 
 #: An operation id (docs/LEDGER.md, "Compatibility"): as ``prme._operation_id`` checks it.
 OPERATION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
@@ -214,3 +229,14 @@ def loads_strict(data: bytes | str, argument: str = "the body", max_depth: int =
         raise InvalidInput(f"{argument} is not one JSON document: {exc}") from None
     check_json_depth(argument, document, max_depth)
     return document
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address or a peer's) is a loopback address: what the HTTP API's
+    trusted mode and the MCP server's one-owner HTTP mode are allowed to bind."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

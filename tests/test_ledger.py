@@ -501,12 +501,13 @@ def test_operation_ids_are_text_of_a_safe_alphabet(conn: psycopg.Connection[Any]
 
 
 def test_operation_kinds_are_written_once(conn: psycopg.Connection[Any]) -> None:
-    """The Python copies of the kinds equal the database's one list (prme._operation_kinds())."""
-    from prme_pg.http.ledger import OPERATION_KINDS
-    from prme_pg.outbox import LEDGER_KINDS
+    """Python's one copy of the kinds (prme_pg.validation, which the outbox, the CLI and the HTTP
+    API's schema use) equals the database's one list (prme._operation_kinds())."""
+    from prme_pg import outbox, validation
 
     (kinds,) = conn.execute("SELECT prme._operation_kinds()").fetchone()
-    assert tuple(kinds) == LEDGER_KINDS == OPERATION_KINDS
+    assert tuple(kinds) == validation.LEDGER_KINDS
+    assert outbox.LEDGER_KINDS is validation.LEDGER_KINDS
     assert sqlstate(lambda: submit(conn, "add_thing", {})) == "PR422"
 
 

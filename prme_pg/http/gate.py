@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -40,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..sqlstate import database_unavailable, describe
 from ..tokens import parse_token
+from ..validation import is_loopback
 from .dependencies import GATE_STATE_KEY
 from .limits import Limits
 from .problems import RETRY_SOON, problem
@@ -84,16 +84,6 @@ TRUSTED_PATH = re.compile(r"^/api/v2/(events|operations(/[^/]+(/events)?)?)$")
 TRUSTED_STATE_KEY = "prme_trusted"
 #: The slots of trusted requests: one pool, whatever owner their payloads name.
 _TRUSTED_SLOTS = "\x00trusted"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a bind address or a peer's) is a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def trusted_of(state: object) -> TrustedLoopback | None:

@@ -21,7 +21,7 @@ from ..errors import InvalidInput, NotFoundError
 from ..models import LedgerStatus, OperationEvent, Receipt
 from ..sqlstate import describe
 from ..tokens import ParsedToken
-from ..validation import OPERATION_ID_PATTERN
+from ..validation import LEDGER_KINDS, OPERATION_ID_PATTERN
 from .dependencies import Client, Owner, bearer, current_token
 from .fields import LOCATION_HEADER
 from .gate import trusted_of
@@ -29,7 +29,7 @@ from .problems import problem_responses
 from .sse import EVENT_STREAM, After, LastEventId, MaxSeconds, event_stream, message, resume_after
 from .strict_json import StrictJSONRoute
 
-__all__ = ["OPERATION_KINDS", "router"]
+__all__ = ["router"]
 
 router = APIRouter(route_class=StrictJSONRoute)
 
@@ -37,16 +37,6 @@ router = APIRouter(route_class=StrictJSONRoute)
 POLL_SECONDS = 0.5
 STREAM_BATCH = 1000
 
-#: The operation kinds (prme._operation_kinds(), in its order; tests/test_ledger.py holds them equal).
-OPERATION_KINDS = (
-    "add_node",
-    "add_event",
-    "reinforce",
-    "archive_node",
-    "record_outcome",
-    "link_correction",
-    "add_memory",
-)
 #: The reference protocol's event name (docs/LEDGER.md, "Compatibility").
 EVENT_NAME = "operation_state"
 
@@ -91,7 +81,7 @@ class OperationIn(BaseModel):
     operation_id: OperationId = Field(description="caller-generated and stable: a retry reuses it")
     schema_version: int = Field(ge=-(2**31), le=2**31 - 1, description="must be 2")
     kind: str = Field(
-        description="one of the operation kinds (docs/LEDGER.md)", json_schema_extra={"enum": list(OPERATION_KINDS)}
+        description="one of the operation kinds (docs/LEDGER.md)", json_schema_extra={"enum": list(LEDGER_KINDS)}
     )
     dependencies: list[OperationId] = Field(
         default_factory=list, description="operations this one waits for (submitted before it or not)"
