@@ -983,16 +983,7 @@ class DuckDBBackend:
                         "request_id was already used for another request "
                         "(an idempotency key is bound to one operation, node and evidence)"
                     )
-            if node["lifecycle_state"] == "archived":
-                raise NotFoundError("node not found")
-            if request.evidence_id is not None and (
-                con.execute(
-                    REINFORCE_EVIDENCE,
-                    {"user_id": user_id, "evidence_id": request.evidence_id, "scope": node["scope"]},
-                ).fetchone()
-                is None
-            ):
-                raise NotFoundError("evidence not found")
+            _require_live_node_and_evidence(con, user_id, node, request.evidence_id)
             now, operation_id = self._clock(), self._new_id()
             after, record, checksum = reinforce_entry(node, request.evidence_id, request.request_id, operation_id, now)
             # The journal record carries the key (as prme.reinforce's does): no key row.
@@ -1086,16 +1077,7 @@ class DuckDBBackend:
                             "(this key recorded another outcome, profile_id, thread_id or notes)"
                         )
                     return _outcome(stored, replayed=True)
-            if node["lifecycle_state"] == "archived":
-                raise NotFoundError("node not found")
-            if request.evidence_id is not None and (
-                con.execute(
-                    REINFORCE_EVIDENCE,
-                    {"user_id": user_id, "evidence_id": request.evidence_id, "scope": node["scope"]},
-                ).fetchone()
-                is None
-            ):
-                raise NotFoundError("evidence not found")
+            _require_live_node_and_evidence(con, user_id, node, request.evidence_id)
             now = self._clock()
             if request.request_id is not None:
                 con.execute(
@@ -2073,6 +2055,22 @@ def _valid_notes(notes: str | None) -> str | None:
 def _outcome_score(er: int, isx: int, ne: int, ec: int) -> Decimal:
     # numeric arithmetic of prme.outcome_summary: er * 1.0 + is * 0.2 + ne * 0 - ec * 1.0 (scale 1).
     return er * Decimal("1.0") + isx * Decimal("0.2") + ne * Decimal("0") - ec * Decimal("1.0")
+
+
+def _require_live_node_and_evidence(
+    con: duckdb.DuckDBPyConnection, user_id: str, node: Mapping[str, Any], evidence_id: uuid.UUID | None
+) -> None:
+    """What a confirmation and an outcome both require: the memory is not archived, and the
+    evidence they cite (if any) is the owner's, in the memory's scope. NotFoundError otherwise."""
+    if node["lifecycle_state"] == "archived":
+        raise NotFoundError("node not found")
+    if evidence_id is not None and (
+        con.execute(
+            REINFORCE_EVIDENCE, {"user_id": user_id, "evidence_id": evidence_id, "scope": node["scope"]}
+        ).fetchone()
+        is None
+    ):
+        raise NotFoundError("evidence not found")
 
 
 def _stability_by_outcomes(er: int, isx: int, ne: int, ec: int) -> str:
