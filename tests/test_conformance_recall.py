@@ -212,8 +212,10 @@ def test_both_engines_recall_a_random_corpus_identically(db_dsn: str, tmp_path: 
             cur.executemany("UPDATE prme.nodes SET created_at = %s WHERE id = %s", created)
         with duckdb.connect(str(tmp_path / "memories" / "pack.duckdb")) as con:
             con.executemany("UPDATE prme.nodes SET created_at = ? WHERE id = ?", created)
-        for _ in range(20):
-            query = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 4)))
+        # Up to 9 words: the pack matches fewer than five distinct words and five or more
+        # with different statements.
+        for _ in range(30):
+            query = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 9)))
             as_of = T0 + timedelta(microseconds=rng.randint(0, 400 * 86400 * 10**6))
             for scopes in (None, ["work"]):
                 theirs = server.recall(query, user_id=ALICE, as_of=as_of, scopes=scopes, max_count=1000)

@@ -1755,8 +1755,9 @@ class DuckDBBackend:
                     raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
                 if not words:
                     return []  # only stop words and punctuation: nothing can match
-                rows = con.execute(RECALL_WORDS, {**params, "words": words, "word_count": len(words)}).fetchall()
-            return [recall_hit(row) for row in rows]
+                statement = RECALL_FEW_WORDS if len(words) < 5 else RECALL_WORDS
+                rows = con.execute(statement, {**params, "words": words, "word_count": len(words)}).fetchall()
+            return recall_hits(rows)
 
         # Two statements, but the first (the query's words) reads no table.
         return self.read(work)
@@ -2554,64 +2555,66 @@ def _index_recall_words(con: duckdb.DuckDBPyConnection) -> None:
 #: The version of prme.recall_words the pack's node_words were built with.
 RECALL_WORDS_VERSION = "1"
 
-# Each memory that may be recalled, with its virtual decay at $as_of (prme.recall's inner level).
-_RECALL_CANDIDATES = """
-SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
-    n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
-    n.created_at, n.updated_at, n.version, {relevance} AS relevance,
+# Each memory that may be recalled, with its virtual decay at $as_of (prme.recall's inner
+# level): its id and scores only. {nodes} is prme.nodes, or for a query the memories its
+# words match joined first, so that only those are read and decayed.
+_RECALL_SCORES = """
+SELECT n.id, {relevance} AS relevance,
     prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
         AS effective_salience,
     prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
 FROM (
-    SELECT n.*, prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
-    FROM prme.nodes AS n
+    SELECT n.id, n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile, {shared}
+        prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
+    FROM {nodes}
     WHERE n.user_id = $user_id
       AND n.lifecycle_state NOT IN ('archived', 'deprecated')
       AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
 ) AS n
-{join}
 """
-# score = relevance * (0.5 + 0.25 salience + 0.25 confidence), best first, ties by id.
+# score = relevance * (0.5 + 0.25 salience + 0.25 confidence), best first, ties by id. The
+# ranking reads the few columns it needs; the rest of each hit's columns are read for the
+# max_count best only. The rank is the row's position (recall_hits), not a window.
 _RECALL = """
-SELECT CAST(row_number() OVER (ORDER BY r.score DESC, r.id) AS INTEGER), r.score, r.relevance,
-    r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
-    r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
-    r.last_reinforced_at, r.created_at, r.updated_at, r.version
+SELECT r.score, r.relevance, r.effective_salience, r.effective_confidence, n.id, n.namespace, n.scope,
+    n.kind, n.content, n.lifecycle_state, n.decay_profile, n.confidence_base, n.salience_base,
+    n.reinforcement_boost, n.last_reinforced_at, n.created_at, n.updated_at, n.version
 FROM (
     SELECT d.*, d.relevance * (CAST(0.5 AS DOUBLE) + CAST(0.25 AS DOUBLE) * d.effective_salience
         + CAST(0.25 AS DOUBLE) * d.effective_confidence) AS score
-    FROM ({candidates}) AS d
+    FROM ({scores}) AS d
     ORDER BY score DESC, d.id
     LIMIT $max_count
 ) AS r
+JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = r.id
 ORDER BY r.score DESC, r.id
 """
-RECALL_ALL = _RECALL.format(candidates=_RECALL_CANDIDATES.format(relevance="CAST(1.0 AS DOUBLE)", join=""))
-# The share of the query's words a memory has: its matching rows in node_words. The
-# matches come first and only the matching memories are read and decayed (not every
-# memory of the owner, as RECALL_ALL must).
-RECALL_WORDS = _RECALL.format(
-    candidates="""
-SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
-    n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
-    n.created_at, n.updated_at, n.version, CAST(n.shared AS DOUBLE) / CAST($word_count AS DOUBLE) AS relevance,
-    prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
-        AS effective_salience,
-    prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
-FROM (
-    SELECT n.*, m.shared,
-        prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
-    FROM (
+RECALL_ALL = _RECALL.format(
+    scores=_RECALL_SCORES.format(relevance="CAST(1.0 AS DOUBLE)", shared="", nodes="prme.nodes AS n")
+)
+# The share of the query's words a memory has: its matching rows in node_words, found by
+# {has_word}. DuckDB turns a list of five or more words into a join marking every row of
+# node_words, then a filter; a semi join with the words is about 1 ms faster from
+# five words on, the list's filter faster below (bench/client_bench.py --recall-only).
+_RECALL_WORDS = _RECALL.format(
+    scores=_RECALL_SCORES.format(
+        relevance="CAST(n.shared AS DOUBLE) / CAST($word_count AS DOUBLE)",
+        shared="m.shared,",
+        nodes="""(
         SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w
-        WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word)
+        WHERE w.user_id = $user_id AND {has_word}
         GROUP BY w.node_id
     ) AS m
-    JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id
-    WHERE n.lifecycle_state NOT IN ('archived', 'deprecated')
-      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
-) AS n
-"""
+    JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id""",
+    )
 )
+RECALL_FEW_WORDS = _RECALL_WORDS.format(has_word="list_contains(CAST($words AS VARCHAR []), w.word)")
+RECALL_WORDS = _RECALL_WORDS.format(has_word="w.word IN (SELECT unnest(CAST($words AS VARCHAR [])))")
+
+
+def recall_hits(rows: list[tuple[Any, ...]]) -> list[RecallHit]:
+    """Recall's rows, best first, as hits ranked 1, 2, ... (prme.recall's row_number)."""
+    return [recall_hit((rank, *row)) for rank, row in enumerate(rows, 1)]
 
 
 # prme.find_nodes: the owner's memories in any lifecycle state, filtered; with words, the
