@@ -59,6 +59,7 @@ from .validation import (
     LEDGER_KINDS,
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
+    UUID_TEXT,
     check_json_depth,
     json_depth_exceeds,
     parse_uuid,
@@ -135,7 +136,6 @@ def canonical_payload(payload: object) -> tuple[dict[str, Any], str]:
 
 # -- payloads, checked at enqueue as the executor will read them -----------------------------
 
-_UUID_TEXT = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # An explicit offset is required, as prme._payload_time requires it.
 _TIME_TEXT = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?(Z|z|[+-][0-9]{2}(:?[0-9]{2})?)"
@@ -158,9 +158,9 @@ _FIELD_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "text": (_is_text, "a string"),
     "number": (_is_number, "a number"),
     "integer": (_is_integer, "an integer"),
-    "uuid": (lambda v: isinstance(v, str) and _UUID_TEXT.fullmatch(v) is not None, "a UUID (8-4-4-4-12 hex digits)"),
+    "uuid": (lambda v: isinstance(v, str) and UUID_TEXT.fullmatch(v) is not None, "a UUID (8-4-4-4-12 hex digits)"),
     "uuids": (
-        lambda v: isinstance(v, list) and all(isinstance(e, str) and _UUID_TEXT.fullmatch(e) for e in v),
+        lambda v: isinstance(v, list) and all(isinstance(e, str) and UUID_TEXT.fullmatch(e) for e in v),
         "an array of UUIDs (8-4-4-4-12 hex digits)",
     ),
     "time": (

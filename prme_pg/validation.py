@@ -23,6 +23,7 @@ __all__ = [
     "LEDGER_KINDS",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "UUID_TEXT",
     "JSONTooDeep",
     "check_json_depth",
     "is_loopback",
@@ -77,8 +78,9 @@ LEDGER_KINDS = (
 
 #: An operation id (docs/LEDGER.md, "Compatibility"): as ``prme._operation_id`` checks it.
 OPERATION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
-_OPERATION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_UUID_FORM = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+_OPERATION_ID = re.compile(OPERATION_ID_PATTERN)
+#: A UUID in its 8-4-4-4-12 text form, any case (fullmatch it).
+UUID_TEXT = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 
 
 def parse_operation_id(argument: str, value: object) -> str:
@@ -88,7 +90,7 @@ def parse_operation_id(argument: str, value: object) -> str:
     if isinstance(value, UUID):
         return str(value)
     if isinstance(value, str) and _OPERATION_ID.fullmatch(value):
-        return value.lower() if _UUID_FORM.fullmatch(value) else value
+        return value.lower() if UUID_TEXT.fullmatch(value) else value
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
