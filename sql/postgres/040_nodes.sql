@@ -8,6 +8,8 @@
 -- count, and the maintenance bookkeeping): they are not part of a node's state in
 -- the journal. None is generated or kept by a trigger, and none of the columns a
 -- confirmation changes is indexed, so its UPDATE is HOT-eligible (docs/REINFORCE.md).
+-- The value rules are the columns' domains (035_domains.sql), not table CHECK
+-- constraints: an UPDATE checks only the columns it sets.
 -- =============================================================================
 
 -- Recall's words (docs/RECALL.md, "Words"): one tokenizer that PostgreSQL and the
@@ -97,27 +99,25 @@ COMMENT ON FUNCTION prme._owner_lexemes(text, text) IS
 CREATE TABLE prme.nodes (
     id uuid NOT NULL,
     user_id text NOT NULL,
-    namespace text NOT NULL DEFAULT 'default' CHECK (namespace ~ '^[a-z][a-z0-9_-]{0,62}$'),
-    scope text NOT NULL DEFAULT 'personal' CHECK (scope ~ '^[a-z][a-z0-9_-]{0,62}$'),
-    kind text NOT NULL DEFAULT 'fact' CHECK (kind ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    namespace prme.slug NOT NULL DEFAULT 'default',
+    scope prme.slug NOT NULL DEFAULT 'personal',
+    kind prme.slug NOT NULL DEFAULT 'fact',
     content text NOT NULL,
-    confidence_base numeric(5, 4) NOT NULL DEFAULT 0.5 CHECK (confidence_base BETWEEN 0 AND 1),
-    salience_base numeric(5, 4) NOT NULL DEFAULT 0.5 CHECK (salience_base BETWEEN 0 AND 1),
-    reinforcement_boost numeric(5, 4) NOT NULL DEFAULT 0 CHECK (reinforcement_boost BETWEEN 0 AND 1),
+    confidence_base prme.unit_interval NOT NULL DEFAULT 0.5,
+    salience_base prme.unit_interval NOT NULL DEFAULT 0.5,
+    reinforcement_boost prme.unit_interval NOT NULL DEFAULT 0,
     last_reinforced_at timestamptz,
-    evidence_refs uuid[] NOT NULL DEFAULT '{}' CHECK (array_position(evidence_refs, NULL) IS NULL),
-    stability text NOT NULL DEFAULT 'low' CHECK (stability IN ('low', 'semi-stable', 'stable')),
+    evidence_refs prme.uuid_list NOT NULL DEFAULT '{}',
+    stability prme.stability NOT NULL DEFAULT 'low',
     next_review_at timestamptz,
-    lifecycle_state text NOT NULL DEFAULT 'active'
-    CHECK (lifecycle_state IN ('active', 'contested', 'superseded', 'deprecated', 'archived')),
-    decay_profile text NOT NULL DEFAULT 'medium'
-    CHECK (decay_profile IN ('permanent', 'slow', 'medium', 'fast', 'rapid')),
+    lifecycle_state prme.lifecycle_state NOT NULL DEFAULT 'active',
+    decay_profile prme.decay_profile NOT NULL DEFAULT 'medium',
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL,
-    version bigint NOT NULL CHECK (version > 0),
+    version prme.version_number NOT NULL,
     -- Derived: checksum of this node's newest journal record, so a mutation finds
     -- its chain link under the row lock without reading the journal.
-    last_checksum text NOT NULL CHECK (last_checksum ~ '^[0-9a-f]{64}$'),
+    last_checksum prme.sha256_digest NOT NULL,
     -- Derived: the owner-keyed lexemes of content (docs/RECALL.md), written once by
     -- add_node (content never changes). A plain column, not a generated one:
     -- PostgreSQL recomputes a stored generated column on every UPDATE of the row.
@@ -125,24 +125,24 @@ CREATE TABLE prme.nodes (
     -- Derived: applied confirmations (prme.reinforce), each also a journal record
     -- of op reinforce; counted here by the confirmation's own UPDATE so that
     -- outcome readers and maintenance need no row of their own (docs/MAINTENANCE.md).
-    reinforcements bigint NOT NULL DEFAULT 0 CHECK (reinforcements >= 0),
+    reinforcements prme.counter NOT NULL DEFAULT 0,
     -- Derived maintenance bookkeeping (docs/MAINTENANCE.md, "Scale"), kept on the
     -- memory so that the maintenance report reads one row per memory: the running
     -- totals of its outcome rows (prme.outcomes, added to by prme._add_outcome), the
     -- totals its last review settled (reviewed_explicit_reinforcements over
     -- confirmations and outcome rows together), and the overdue cycles decayed
-    -- against its schedule. None is indexed, so their UPDATEs stay HOT too; none has
-    -- a CHECK constraint, which every UPDATE of the memory (each confirmation) would
-    -- read back and evaluate: prme._rebuild_outcome_totals and the tests check them.
-    recorded_reinforcements bigint NOT NULL DEFAULT 0,
-    implicit_successes bigint NOT NULL DEFAULT 0,
-    neutral_exposures bigint NOT NULL DEFAULT 0,
-    explicit_corrections bigint NOT NULL DEFAULT 0,
+    -- against its schedule. None is indexed, so their UPDATEs stay HOT too; the
+    -- counters are checked (prme.counter) only by the writes that set them, never by
+    -- a confirmation's UPDATE.
+    recorded_reinforcements prme.counter NOT NULL DEFAULT 0,
+    implicit_successes prme.counter NOT NULL DEFAULT 0,
+    neutral_exposures prme.counter NOT NULL DEFAULT 0,
+    explicit_corrections prme.counter NOT NULL DEFAULT 0,
     last_outcome_at timestamptz,
-    reviewed_explicit_reinforcements bigint NOT NULL DEFAULT 0,
-    reviewed_implicit_successes bigint NOT NULL DEFAULT 0,
-    reviewed_neutral_exposures bigint NOT NULL DEFAULT 0,
-    reviewed_explicit_corrections bigint NOT NULL DEFAULT 0,
+    reviewed_explicit_reinforcements prme.counter NOT NULL DEFAULT 0,
+    reviewed_implicit_successes prme.counter NOT NULL DEFAULT 0,
+    reviewed_neutral_exposures prme.counter NOT NULL DEFAULT 0,
+    reviewed_explicit_corrections prme.counter NOT NULL DEFAULT 0,
     reviewed_at timestamptz,
     decay_anchor timestamptz,
     decay_cycles integer NOT NULL DEFAULT 0,

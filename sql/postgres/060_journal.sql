@@ -16,15 +16,15 @@
 CREATE TABLE prme.journal (
     user_id text NOT NULL,
     node_id uuid NOT NULL,
-    node_version bigint NOT NULL CHECK (node_version > 0),
+    node_version prme.version_number NOT NULL,
     record_version smallint NOT NULL CHECK (record_version IN (1, 2)),
     op text NOT NULL,
     operation_id uuid NOT NULL,
     request_id uuid,
     evidence_id uuid,
     record text NOT NULL,
-    checksum text NOT NULL CHECK (checksum ~ '^[0-9a-f]{64}$'),
-    prev_checksum text CHECK (prev_checksum ~ '^[0-9a-f]{64}$'),
+    checksum prme.sha256_digest NOT NULL,
+    prev_checksum prme.sha256_digest,
     recorded_at timestamptz NOT NULL,
     key_namespace text,
     PRIMARY KEY (user_id, node_id, node_version),
@@ -252,7 +252,7 @@ BEGIN
     -- The head of each chain must be the record the node row points at; this
     -- catches a deleted newest record, which no later link would reveal.
     RETURN QUERY
-    SELECT n.id, n.version, 'head_mismatch'::text,
+    SELECT n.id, n.version::bigint, 'head_mismatch'::text,
         format('node points at %s, newest record is %s', n.last_checksum, coalesce(h.checksum, 'missing'))
     FROM prme.nodes AS n
     LEFT JOIN LATERAL (
@@ -267,7 +267,7 @@ BEGIN
     -- Records whose node row is gone: their chain may still verify, so only the
     -- missing row shows that a node was deleted. Reported at the newest record.
     RETURN QUERY
-    SELECT j.node_id, max(j.node_version), 'node_missing'::text,
+    SELECT j.node_id, max(j.node_version)::bigint, 'node_missing'::text,
         format('no node row for its %s journal record(s)', count(*))
     FROM prme.journal AS j
     WHERE j.user_id = v_user_id

@@ -32,15 +32,18 @@ COMMENT ON TABLE prme.request_keys IS
 ALTER TABLE prme.request_keys ENABLE ROW LEVEL SECURITY;
 REVOKE ALL ON prme.request_keys FROM public;
 
-CREATE FUNCTION prme._key_lock(user_id text, namespace text, request_id uuid)
+-- Not the key's namespace: the lock is taken before anything is read, and a key
+-- is unique per namespace, so two calls of one owner that use one request_id in two
+-- namespaces only wait for each other, as two colliding hashes do.
+CREATE FUNCTION prme._key_lock(user_id text, request_id uuid)
 RETURNS bigint
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
-RETURN hashtextextended(user_id || '/' || namespace || '/' || request_id::text, 0);
+RETURN hashtextextended(user_id || '/' || request_id::text, 0);
 
-COMMENT ON FUNCTION prme._key_lock(text, text, uuid) IS
-'Internal: the transaction advisory lock key of an idempotency key. The calls that claim a key in different '
+COMMENT ON FUNCTION prme._key_lock(text, uuid) IS
+'Internal: the transaction advisory lock key of an owner''s request_id. The calls that claim a key in different '
 'places (reinforce: its journal record; record_outcome: prme.request_keys) hold it while they check and claim, '
 'so a key reused by another kind of call is PR409 even when both race. A hash collision only makes two '
 'calls wait for each other.';

@@ -2,15 +2,17 @@
 -- prme-pg: reinforce (explicit confirmation of a memory)
 --
 -- The reference semantics are docs/DESIGN.md section 3; in short:
---   1. validate; 2. under the key's advisory lock, a committed key for this same
---   node and evidence is a replay: return the current node, write nothing, take no
---   row lock; a key bound to anything else is PR409; 3. lock the node (missing,
---   foreign or archived is PR404);
---   4. evidence must share the node's owner and scope; 5. additive caps that never
---   reduce; 6. one journal record, which carries the key (request_id, unique per
---   user_id and namespace); 7. that record is the explicit_reinforcement outcome,
---   counted by nodes.reinforcements in the node's own UPDATE. A fresh confirmation
---   writes the node row and its journal record, nothing else.
+--   1. validate; 2. take the key's advisory lock; 3. read the node as it is, and
+--   only if it can be confirmed (there, not archived, key unused, evidence of its
+--   owner and scope); otherwise say why: a key bound to this same node and evidence
+--   is a replay (the current node, nothing written, no row lock), bound to anything
+--   else PR409; a missing, foreign or archived node or foreign evidence PR404;
+--   4. additive caps that never reduce; 5. one statement writes the node row, if it
+--   is still the version read, and its journal record, which carries the key
+--   (request_id, unique per user_id and namespace) and is the confirmation's
+--   explicit_reinforcement outcome, counted by nodes.reinforcements in the same
+--   UPDATE. A fresh confirmation writes the node row and its journal record,
+--   nothing else, in two statements (docs/REINFORCE.md, "Hot path").
 -- =============================================================================
 
 -- SQL-standard bodies, no SET clause: inlined (040_nodes.sql, _json_time).
@@ -53,95 +55,109 @@ DECLARE
     v_node prme.nodes;
     v_after prme.nodes;
     v_entry prme.journal;
-    v_key record;
     v_now timestamptz := now();
 BEGIN
     IF reinforce.node_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'node_id must not be null';
     END IF;
 
-    -- 2. Replay check before any row lock: plain reads, no WAL. The key's advisory
-    -- lock (prme._key_lock: memory only, no WAL either) comes first, and every call
-    -- that claims a key holds it until it commits, so the key seen here stays the key
-    -- until this call commits: no re-check is needed once the row is locked.
+    -- 2. The key's advisory lock (memory only, no WAL) before anything is read. Every
+    -- call that claims a key holds it until it commits, so the key's state seen by
+    -- any read below stays its state until this call commits.
     IF reinforce.request_id IS NOT NULL THEN
-        -- The key is the node's namespace's: read it and take the key's lock in one
-        -- statement (no row lock yet).
-        SELECT n.namespace, pg_advisory_xact_lock(prme._key_lock(v_user_id, n.namespace, reinforce.request_id))
-        INTO v_key
+        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, reinforce.request_id));
+    END IF;
+
+    LOOP
+        -- 3. The node as it is, if it can be confirmed: a plain read, no row lock.
+        SELECT n.* INTO v_node
         FROM prme.nodes AS n
-        WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
+        WHERE n.user_id = v_user_id AND n.id = reinforce.node_id
+          AND n.lifecycle_state <> 'archived'
+          -- The key unused, in both places a key lives (070_request_keys.sql;
+          -- prme._is_replay gives the verdict when it is used).
+          AND (reinforce.request_id IS NULL OR NOT EXISTS (
+              SELECT FROM prme.journal AS j
+              WHERE j.user_id = n.user_id AND j.key_namespace = n.namespace AND j.request_id = reinforce.request_id
+          ) AND NOT EXISTS (
+              SELECT FROM prme.request_keys AS k
+              WHERE k.user_id = n.user_id AND k.namespace = n.namespace AND k.request_id = reinforce.request_id
+          ))
+          AND (reinforce.evidence_id IS NULL OR EXISTS (
+              SELECT FROM prme.events AS e
+              WHERE e.user_id = n.user_id AND e.id = reinforce.evidence_id AND e.scope = n.scope
+          ));
         IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
-        END IF;
-        v_node.namespace := v_key.namespace;
-        IF prme._is_replay(
-            v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id, reinforce.evidence_id
-        ) THEN
-            -- Read the node now: a replay returns the current node, and this new
-            -- snapshot sees the update of the call that committed the key.
+            -- Why not, read again. A replay returns the node as this read sees it:
+            -- the call that claimed the key committed its update before the key.
             SELECT n.* INTO v_node
             FROM prme.nodes AS n
             WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
-            RETURN prme._node_view(v_node, TRUE);
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
+            END IF;
+            IF reinforce.request_id IS NOT NULL AND prme._is_replay(
+                v_user_id, v_node.namespace, reinforce.request_id, 'reinforce', reinforce.node_id,
+                reinforce.evidence_id
+            ) THEN
+                RETURN prme._node_view(v_node, TRUE);
+            END IF;
+            IF v_node.lifecycle_state = 'archived' THEN
+                RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
+            END IF;
+            IF reinforce.evidence_id IS NOT NULL THEN
+                PERFORM FROM prme.events AS e
+                WHERE e.user_id = v_user_id AND e.id = reinforce.evidence_id AND e.scope = v_node.scope;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'evidence not found';
+                END IF;
+            END IF;
+            CONTINUE;  -- it changed between the two reads: read it again
         END IF;
-    END IF;
 
-    -- 3. Lock the node; missing, foreign and archived nodes are all "not found".
-    SELECT n.* INTO v_node
-    FROM prme.nodes AS n
-    WHERE n.user_id = v_user_id AND n.id = reinforce.node_id
-    FOR UPDATE;
-    IF NOT FOUND OR v_node.lifecycle_state = 'archived' THEN
-        RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'node not found';
-    END IF;
-
-    -- 4. Evidence must be an event of the same owner and scope.
-    IF reinforce.evidence_id IS NOT NULL THEN
-        PERFORM FROM prme.events AS e
-        WHERE e.user_id = v_user_id AND e.id = reinforce.evidence_id AND e.scope = v_node.scope;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PR404', MESSAGE = 'evidence not found';
+        -- 4. Additive caps; salience_base is unchanged.
+        v_after := v_node;
+        v_after.reinforcement_boost := prme._reinforced_boost(v_node.reinforcement_boost);
+        v_after.confidence_base := prme._reinforced_confidence(v_node.confidence_base);
+        v_after.last_reinforced_at := v_now;
+        v_after.updated_at := v_now;
+        IF reinforce.evidence_id IS NOT NULL THEN
+            v_after.evidence_refs := v_node.evidence_refs || reinforce.evidence_id;
         END IF;
-    END IF;
+        v_after.version := v_node.version + 1;
 
-    -- 5. Additive caps; salience_base is unchanged.
-    v_after := v_node;
-    v_after.reinforcement_boost := prme._reinforced_boost(v_node.reinforcement_boost);
-    v_after.confidence_base := prme._reinforced_confidence(v_node.confidence_base);
-    v_after.last_reinforced_at := v_now;
-    v_after.updated_at := v_now;
-    IF reinforce.evidence_id IS NOT NULL THEN
-        v_after.evidence_refs := v_node.evidence_refs || reinforce.evidence_id;
-    END IF;
-    v_after.version := v_node.version + 1;
-    -- 7. The explicit_reinforcement outcome is this confirmation's journal record,
-    -- counted on the node by the same UPDATE (docs/MAINTENANCE.md).
-    v_after.reinforcements := v_node.reinforcements + 1;
+        -- 5. The journal record, chained to the node's previous record; it carries the key.
+        v_entry := prme._journal_entry(
+            'reinforce', 'additive_caps_v1', gen_random_uuid(), reinforce.request_id, reinforce.evidence_id,
+            v_node, v_after
+        );
 
-    -- 6. Journal record, chained to the node's previous record; it carries the key.
-    v_entry := prme._journal_entry(
-        'reinforce', 'additive_caps_v1', gen_random_uuid(), reinforce.request_id, reinforce.evidence_id,
-        v_node, v_after
-    );
-    v_after.last_checksum := v_entry.checksum;
-
-    -- No indexed column, no generated column, no trigger: a HOT update.
-    UPDATE prme.nodes AS n SET
-        reinforcement_boost = v_after.reinforcement_boost,
-        confidence_base = v_after.confidence_base,
-        last_reinforced_at = v_after.last_reinforced_at,
-        updated_at = v_after.updated_at,
-        evidence_refs = v_after.evidence_refs,
-        version = v_after.version,
-        last_checksum = v_after.last_checksum,
-        reinforcements = v_after.reinforcements
-    WHERE n.user_id = v_user_id AND n.id = reinforce.node_id;
-
-    -- The record claims the key (journal_request_key). Every call that claims a key
-    -- holds its advisory lock, so no API call can have claimed it since the check
-    -- above: a plain INSERT, no speculative insertion (ON CONFLICT).
-    INSERT INTO prme.journal SELECT v_entry.*;
+        -- Both writes in one statement, only if the node is still the version read
+        -- (an UPDATE waits for a concurrent writer's commit and then sees its
+        -- version). The UPDATE is HOT: no column it sets is indexed, no generated
+        -- column, no trigger; the domains of the columns it sets are all it checks.
+        -- The record claims the key (journal_request_key); no API call can have
+        -- claimed it since the read above (they wait for its advisory lock).
+        -- The explicit_reinforcement outcome is the record, counted on the node by
+        -- the same UPDATE (docs/MAINTENANCE.md).
+        WITH updated AS (
+            UPDATE prme.nodes AS n SET
+                reinforcement_boost = v_after.reinforcement_boost,
+                confidence_base = v_after.confidence_base,
+                last_reinforced_at = v_after.last_reinforced_at,
+                updated_at = v_after.updated_at,
+                evidence_refs = v_after.evidence_refs,
+                version = v_after.version,
+                last_checksum = v_entry.checksum,
+                reinforcements = n.reinforcements + 1
+            WHERE n.user_id = v_user_id AND n.id = reinforce.node_id AND n.version = v_node.version
+            RETURNING n.reinforcements
+        )
+        INSERT INTO prme.journal
+        SELECT v_entry.* FROM updated;
+        EXIT WHEN FOUND;
+        -- Another call changed the node since the read: start again from its new version.
+    END LOOP;
 
     RETURN prme._node_view(v_after, FALSE);
 END;

@@ -33,14 +33,14 @@ BEGIN
     -- One row per record; a node without records appears once with NULL record
     -- columns, a record without its node with NULL node columns (version, last_checksum).
     RETURN QUERY
-    SELECT n.id, n.version, n.last_checksum, j.node_version, j.record_version, j.op, j.operation_id,
-        j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum
+    SELECT n.id, n.version::bigint, n.last_checksum::text, j.node_version::bigint, j.record_version, j.op,
+        j.operation_id, j.request_id, j.evidence_id, j.record, j.checksum::text, j.prev_checksum::text
     FROM prme.nodes AS n
     LEFT JOIN prme.journal AS j ON j.user_id = n.user_id AND j.node_id = n.id
     WHERE n.user_id = v_user_id
     UNION ALL
-    SELECT j.node_id, NULL, NULL, j.node_version, j.record_version, j.op, j.operation_id,
-        j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum
+    SELECT j.node_id, NULL, NULL, j.node_version::bigint, j.record_version, j.op, j.operation_id,
+        j.request_id, j.evidence_id, j.record, j.checksum::text, j.prev_checksum::text
     FROM prme.journal AS j
     WHERE j.user_id = v_user_id
       AND NOT EXISTS (SELECT FROM prme.nodes AS n WHERE n.user_id = j.user_id AND n.id = j.node_id)

@@ -40,8 +40,8 @@ BEGIN
     -- The oldest max_count records: a chain verifies from its first record on.
     -- A memory whose records are all gone appears once with NULL record columns.
     RETURN QUERY
-    SELECT n.id, n.version, n.last_checksum, j.node_version, j.record_version, j.op, j.operation_id,
-        j.request_id, j.evidence_id, j.record, j.checksum, j.prev_checksum
+    SELECT n.id, n.version::bigint, n.last_checksum::text, j.node_version::bigint, j.record_version, j.op,
+        j.operation_id, j.request_id, j.evidence_id, j.record, j.checksum::text, j.prev_checksum::text
     FROM prme.nodes AS n
     LEFT JOIN LATERAL (
         SELECT r.node_version, r.record_version, r.op, r.operation_id, r.request_id, r.evidence_id, r.record,

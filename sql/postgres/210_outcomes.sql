@@ -259,9 +259,9 @@ BEGIN
 
     -- The key's advisory lock (prme._key_lock, which reinforce also takes) before the
     -- row lock, in reinforce's order: taken the other way round, this share lock and
-    -- reinforce's FOR UPDATE could each wait for the other.
+    -- reinforce's UPDATE could each wait for the other.
     IF record_outcome.request_id IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, v_node.namespace, record_outcome.request_id));
+        PERFORM pg_advisory_xact_lock(prme._key_lock(v_user_id, record_outcome.request_id));
     END IF;
 
     -- The outcome does not change the node's state, so a share lock is enough: it

@@ -149,8 +149,8 @@ BEGIN
         c.node_id,
         -- decay_confidence: due, with overdue cycles not yet decayed.
         prme._maintenance_recommendations(c.moves, c.due, c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0),
-        c.lifecycle_state,
-        c.stability,
+        c.lifecycle_state::text,
+        c.stability::text,
         prme._maintenance_suggested_stability(c.moves, c.stability),
         c.confidence_base::numeric,
         CASE WHEN c.cycles_due > c.cycles_done AND c.decay_per_cycle > 0

@@ -140,8 +140,8 @@ BEGIN
     END IF;
     -- Keyset pagination over the primary key, as prme.list_nodes.
     RETURN QUERY
-    SELECT d.id, d.namespace, d.scope, d.kind, d.lifecycle_state, d.decay_profile,
-        d.salience_base, d.reinforcement_boost, d.confidence_base, d.decay_from, d.age_days,
+    SELECT d.id, d.namespace::text, d.scope::text, d.kind::text, d.lifecycle_state::text, d.decay_profile::text,
+        d.salience_base::numeric, d.reinforcement_boost::numeric, d.confidence_base::numeric, d.decay_from, d.age_days,
         prme._effective_salience(d.salience_base, d.reinforcement_boost, d.decay_profile, d.age_days),
         prme._effective_confidence(d.confidence_base, d.decay_profile, d.age_days)
     FROM (

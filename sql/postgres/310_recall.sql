@@ -123,9 +123,10 @@ BEGIN
         -- No query: every recallable memory of the owner matches; strength ranks alone.
         RETURN QUERY
         SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
-            r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
-            r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
-            r.last_reinforced_at, r.created_at, r.updated_at, r.version
+            r.effective_salience, r.effective_confidence, r.id, r.namespace::text, r.scope::text, r.kind::text,
+            r.content, r.lifecycle_state::text, r.decay_profile::text, r.confidence_base::numeric,
+            r.salience_base::numeric, r.reinforcement_boost::numeric, r.last_reinforced_at, r.created_at,
+            r.updated_at, r.version::bigint
         FROM (
             SELECT s.* FROM (
                 SELECT d.*, d.relevance * (0.5 + 0.25 * d.effective_salience + 0.25 * d.effective_confidence) AS score
@@ -168,9 +169,10 @@ BEGIN
     -- owner's rows in the primary key to intersect them.
     RETURN QUERY
     SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
-        r.effective_salience, r.effective_confidence, r.id, r.namespace, r.scope, r.kind, r.content,
-        r.lifecycle_state, r.decay_profile, r.confidence_base, r.salience_base, r.reinforcement_boost,
-        r.last_reinforced_at, r.created_at, r.updated_at, r.version
+        r.effective_salience, r.effective_confidence, r.id, r.namespace::text, r.scope::text, r.kind::text,
+        r.content, r.lifecycle_state::text, r.decay_profile::text, r.confidence_base::numeric,
+        r.salience_base::numeric, r.reinforcement_boost::numeric, r.last_reinforced_at, r.created_at,
+        r.updated_at, r.version::bigint
     FROM (
         SELECT s.* FROM (
             SELECT d.*, d.relevance * (0.5 + 0.25 * d.effective_salience + 0.25 * d.effective_confidence) AS score

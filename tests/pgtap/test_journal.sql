@@ -166,7 +166,7 @@ SELECT lives_ok($$
 $$, 'fixture: an event');
 
 SELECT results_eq(
-    $$SELECT node_version, record_version, op, request_id, evidence_id, prev_checksum,
+    $$SELECT node_version::bigint, record_version, op, request_id, evidence_id, prev_checksum::text,
              record::jsonb -> 'before', record::jsonb -> 'policy'
       FROM prme.journal WHERE user_id = 'alice' AND node_id = 'aaaaaaaa-0000-4000-8000-000000000001'$$,
     $$VALUES (1::bigint, 2::smallint, 'create', NULL::uuid, NULL::uuid, NULL::text, 'null'::jsonb, 'null'::jsonb)$$,
@@ -202,7 +202,7 @@ SELECT lives_ok($$
 $$, 'reinforce twice, archive; a second node reinforced once');
 
 SELECT results_eq(
-    $$SELECT node_version, op, record::jsonb ->> 'policy', request_id, evidence_id
+    $$SELECT node_version::bigint, op, record::jsonb ->> 'policy', request_id, evidence_id
       FROM prme.journal WHERE user_id = 'alice' AND node_id = 'aaaaaaaa-0000-4000-8000-000000000001'
       ORDER BY node_version$$,
     $$VALUES (1::bigint, 'create', NULL, NULL::uuid, NULL::uuid),
@@ -311,12 +311,12 @@ SELECT is((prme.replay_node('legacy', 'aaaaaaaa-0000-4000-8000-0000000000f1')).m
 SELECT is((prme.reinforce('aaaaaaaa-0000-4000-8000-0000000000f1', 'legacy')).version, 2::bigint,
           'the v1 node can be reinforced');
 SELECT results_eq(
-    $$SELECT j.record_version, j.prev_checksum FROM prme.journal AS j
+    $$SELECT j.record_version, j.prev_checksum::text FROM prme.journal AS j
       WHERE j.user_id = 'legacy' ORDER BY j.node_version$$,
     $$SELECT 1::smallint, NULL::text UNION ALL SELECT 2::smallint, (SELECT checksum FROM v1)$$,
     'the new v2 record chains to the v1 record''s original checksum');
 SELECT results_eq(
-    $$SELECT record, checksum FROM prme.journal WHERE user_id = 'legacy' AND node_version = 1$$,
+    $$SELECT record, checksum::text FROM prme.journal WHERE user_id = 'legacy' AND node_version = 1$$,
     $$SELECT record, checksum FROM v1$$,
     'the v1 record and its checksum are untouched');
 SELECT is_empty($$SELECT * FROM prme.verify_journal('legacy')$$, 'the mixed v1/v2 chain verifies');

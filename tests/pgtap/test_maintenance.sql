@@ -310,7 +310,8 @@ SELECT results_eq(
              ('op_006', 'decay_confidence', 'applied', 2)$$,
     'auto mode applies the decay ops and the review-free increase, never a decrease, flag or mark_contested');
 SELECT results_eq(
-    $$SELECT right(id::text, 2), stability, confidence_base, lifecycle_state, next_review_at FROM prme.nodes
+    $$SELECT right(id::text, 2), stability::text, confidence_base::numeric(5, 4), lifecycle_state::text, next_review_at
+      FROM prme.nodes
       WHERE user_id = 'mt_patch' ORDER BY id$$,
     $$VALUES ('01', 'stable', 0.7::numeric(5, 4), 'active', now() - interval '90 days'),
              ('02', 'semi-stable', 0.5, 'active', now() + interval '720 hours'),
@@ -318,7 +319,7 @@ SELECT results_eq(
              ('04', 'semi-stable', 0.35, 'active', now() - interval '1 day')$$,
     'decay lowered confidence; the increase reset the cadence (30 days of the new stability)');
 SELECT results_eq(
-    $$SELECT j.op, j.node_version, j.operation_id, j.record::jsonb ->> 'policy'
+    $$SELECT j.op, j.node_version::bigint, j.operation_id, j.record::jsonb ->> 'policy'
       FROM prme.journal AS j JOIN prme.patch_ops AS o
         ON o.user_id = j.user_id AND o.node_id = j.node_id AND o.applied_version = j.node_version
       WHERE j.user_id = 'mt_patch' AND o.patch_id = (SELECT patch_id FROM patch1) ORDER BY o.op_no$$,
@@ -342,7 +343,7 @@ SELECT results_eq(
     $$VALUES ('op_002', 'update_stability', 'applied')$$,
     'manual mode applies exactly the selected op (listed twice, applied once)');
 SELECT results_eq(
-    $$SELECT stability, lifecycle_state, next_review_at, version FROM prme.nodes
+    $$SELECT stability::text, lifecycle_state::text, next_review_at, version::bigint FROM prme.nodes
       WHERE user_id = 'mt_patch' AND id = 'f2000000-0000-4000-8000-000000000001'$$,
     $$VALUES ('semi-stable', 'active', now() + interval '720 hours', 3::bigint)$$,
     'the reviewed decrease: stable -> semi-stable, cadence restarted, mark_contested not applied');
@@ -406,7 +407,7 @@ SELECT results_eq(
              ('06', 'decay_confidence', 'stale', 'the memory is archived')$$,
     'a later patch proposes the stale decay afresh (from the confirmed confidence); an op for a memory archived '
     'since is stale');
-SELECT is((SELECT confidence_base FROM prme.nodes WHERE id = 'f2000000-0000-4000-8000-000000000005'), 0.4::numeric(5, 4),
+SELECT is((SELECT confidence_base::numeric FROM prme.nodes WHERE id = 'f2000000-0000-4000-8000-000000000005'), 0.4::numeric(5, 4),
           '... 0.55 - 0.15');
 
 -- contested memories are not raised

@@ -127,7 +127,7 @@ SELECT is_empty(
 SELECT results_eq(
     $$SELECT r.n, r.reinforcement_boost, r.confidence_base, r.version, r.updated_at
       FROM cap_results AS r ORDER BY r.n$$,
-    $$SELECT c.n, n.reinforcement_boost, n.confidence_base, n.version, n.updated_at
+    $$SELECT c.n, n.reinforcement_boost::numeric, n.confidence_base::numeric, n.version::bigint, n.updated_at
       FROM cap_cases AS c
       JOIN prme.nodes AS n ON n.user_id = 'capper'
        AND n.id = ('dddddddd-0000-4000-8000-0000000000' || lpad(c.n::text, 2, '0'))::uuid
