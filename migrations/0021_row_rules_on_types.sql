@@ -16,7 +16,11 @@
 --    the WAL. The key's advisory lock no longer needs the node's namespace:
 --    prme._key_lock(user_id, request_id) replaces prme._key_lock(user_id, namespace,
 --    request_id), taken by reinforce and record_outcome alike.
--- 3. Functions that RETURN QUERY a column whose type is now a domain cast it to the type
+-- 3. A journal record's node states are built with fewer function calls (one format()
+--    instead of a chain of ||, the JSON quotes of a timestamp from to_char's pattern), and
+--    prme._node_view is a SQL-standard body inlined into its callers: PostgreSQL sets up
+--    every call of an expression again in each transaction. The bytes are the same.
+-- 4. Functions that RETURN QUERY a column whose type is now a domain cast it to the type
 --    they declare (RETURN QUERY requires exact types): verify_journal, journal_records,
 --    node_journal, effective_nodes, recall, maintenance_report. Their results are unchanged.
 --
@@ -132,6 +136,40 @@ COMMENT ON DOMAIN prme.version_number IS
 COMMENT ON DOMAIN prme.counter IS
 'A count of events, never negative.';
 
+-- A session that ran a PL/pgSQL function before this upgrade keeps its compiled form,
+-- whose plans expect the old types of the columns of its row variables ("type of
+-- parameter does not match that when preparing the plan"). Touching each function's
+-- catalog row, changing nothing, makes every session compile it anew on its next call.
+DO $$
+DECLARE
+    v_function record;
+BEGIN
+    FOR v_function IN
+        SELECT p.oid::regprocedure AS signature, p.procost
+        FROM pg_proc AS p
+        WHERE p.pronamespace = 'prme'::regnamespace AND p.proowner = current_user::regrole
+          AND p.prolang = (SELECT l.oid FROM pg_language AS l WHERE l.lanname = 'plpgsql')
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s COST %s', v_function.signature, v_function.procost);
+    END LOOP;
+END;
+$$;
+
+-- >>> sql/postgres/025_helpers.sql
+
+CREATE OR REPLACE FUNCTION prme._json_time(value timestamptz)
+RETURNS text
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+-- UTC, always six fractional digits: independent of the session's TimeZone and DateStyle.
+-- The JSON string's quotes come from the pattern (\" is a literal quote in to_char):
+-- every node of this expression is set up again by each transaction that uses it.
+RETURN coalesce(to_char(value AT TIME ZONE 'UTC', '\"YYYY-MM-DD"T"HH24:MI:SS.US"Z\"'), 'null');
+
+COMMENT ON FUNCTION prme._json_time(timestamptz) IS
+'Internal: a timestamp as a journal JSON value, "YYYY-MM-DDTHH:MM:SS.ffffffZ" in UTC, or null.';
+
 -- >>> sql/postgres/040_nodes.sql
 
 CREATE FUNCTION prme._node_state(node prme.nodes)
@@ -141,30 +179,40 @@ STABLE
 PARALLEL SAFE
 -- RFC 8785 text built directly: keys in sorted order, no whitespace. to_json()
 -- escapes strings exactly as RFC 8785 does; trim_scale() gives the shortest
--- decimal form of a numeric(5,4) (0.6500 -> 0.65, 1.0000 -> 1).
-RETURN '{"confidence_base":' || trim_scale(node.confidence_base)::text
-|| ',"content":' || to_json(node.content)::text
-|| ',"created_at":' || prme._json_time(node.created_at)
-|| ',"decay_profile":' || to_json(node.decay_profile)::text
-|| ',"evidence_refs":' || array_to_json(node.evidence_refs)::text
-|| ',"id":"' || node.id::text
-|| '","kind":' || to_json(node.kind)::text
-|| ',"last_reinforced_at":' || prme._json_time(node.last_reinforced_at)
-|| ',"lifecycle_state":' || to_json(node.lifecycle_state)::text
-|| ',"namespace":' || to_json(node.namespace)::text
-|| ',"next_review_at":' || prme._json_time(node.next_review_at)
-|| ',"reinforcement_boost":' || trim_scale(node.reinforcement_boost)::text
-|| ',"salience_base":' || trim_scale(node.salience_base)::text
-|| ',"scope":' || to_json(node.scope)::text
-|| ',"stability":' || to_json(node.stability)::text
-|| ',"updated_at":' || prme._json_time(node.updated_at)
-|| ',"user_id":' || to_json(node.user_id)::text
-|| ',"version":' || node.version::text
-|| '}';
+-- decimal form of a numeric(5,4) (0.6500 -> 0.65, 1.0000 -> 1). One format()
+-- rather than a chain of ||: each transaction sets up every function call of the
+-- expression again, so fewer calls make every confirmation cheaper.
+RETURN format(
+    '{"confidence_base":%s,"content":%s,"created_at":%s,"decay_profile":%s,"evidence_refs":%s,"id":"%s",'
+    '"kind":%s,"last_reinforced_at":%s,"lifecycle_state":%s,"namespace":%s,"next_review_at":%s,'
+    '"reinforcement_boost":%s,"salience_base":%s,"scope":%s,"stability":%s,"updated_at":%s,"user_id":%s,'
+    '"version":%s}',
+    trim_scale(node.confidence_base), to_json(node.content), prme._json_time(node.created_at),
+    to_json(node.decay_profile), array_to_json(node.evidence_refs), node.id, to_json(node.kind),
+    prme._json_time(node.last_reinforced_at), to_json(node.lifecycle_state), to_json(node.namespace),
+    prme._json_time(node.next_review_at), trim_scale(node.reinforcement_boost), trim_scale(node.salience_base),
+    to_json(node.scope), to_json(node.stability), prme._json_time(node.updated_at), to_json(node.user_id),
+    node.version
+);
 
 COMMENT ON FUNCTION prme._node_state(prme.nodes) IS
 'Internal: the complete state of a node as RFC 8785 canonical JSON, as journal records embed it '
 '(every column but derived ones).';
+
+CREATE OR REPLACE FUNCTION prme._node_view(node prme.nodes, replayed boolean)
+RETURNS prme.node_view
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN ROW(  -- noqa: CP03
+    node.id, node.user_id, node.namespace, node.scope, node.kind, node.content,
+    node.confidence_base, node.salience_base, node.reinforcement_boost, node.last_reinforced_at,
+    node.evidence_refs, node.stability, node.next_review_at, node.lifecycle_state,
+    node.decay_profile, node.created_at, node.updated_at, node.version, replayed
+)::prme.node_view;
+
+COMMENT ON FUNCTION prme._node_view(prme.nodes, boolean) IS
+'Internal: the API view of a node row (drops derived columns, adds replayed).';
 
 COMMENT ON FUNCTION prme._node_state(prme.nodes) IS
 'Internal: the complete state of a node as RFC 8785 canonical JSON, as journal records embed it '
@@ -1035,4 +1083,4 @@ COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz) IS
 '1..1000; the query is at most 64 KiB with at most 1024 distinct lexemes. Archived and deprecated memories are '
 'excluded. Nothing is written. See docs/RECALL.md.';
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (21, 'row_rules_on_types', '478f98857d620678b9f44a5314fdfd694fb50ba3532b8df2e83b32cc920fb4c0');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (21, 'row_rules_on_types', '82bead894828d3482aa3c5190c58b5922c255ecf4ff16d2032b57717d63618a1');

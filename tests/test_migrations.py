@@ -840,3 +840,116 @@ def test_upgrading_to_stability_by_outcomes_renames_the_column_and_keeps_every_s
         conn.execute("SET ROLE prme_app")
         conn.execute("SELECT * FROM prme.outcome_summary(%s, %s)", list(node))
         conn.execute("RESET ROLE")
+
+
+# -- 0021_row_rules_on_types: the rules move onto the columns' types, nothing else changes --
+
+REWRITE_WITNESS = """
+SELECT c.relname, pg_relation_filenode(c.oid) FROM pg_class AS c
+WHERE c.relnamespace = 'prme'::regnamespace
+  AND (c.oid IN ('prme.nodes'::regclass, 'prme.journal'::regclass)
+       OR c.oid IN (SELECT i.indexrelid FROM pg_index AS i
+                    WHERE i.indrelid IN ('prme.nodes'::regclass, 'prme.journal'::regclass)))
+ORDER BY 1
+"""
+
+TYPED_READERS = [
+    "SELECT r::text FROM prme.verify_journal(%(owner)s) AS r ORDER BY 1",
+    "SELECT r::text FROM prme.journal_records(%(owner)s) AS r ORDER BY 1",
+    "SELECT r::text FROM prme.nodes AS n, prme.node_journal(n.user_id, n.id) AS r WHERE n.user_id = %(owner)s"
+    " ORDER BY 1",
+    "SELECT r::text FROM prme.effective_nodes(%(owner)s, '2030-01-01') AS r ORDER BY 1",
+    "SELECT r::text FROM prme.recall(%(owner)s, '', as_of => '2030-01-01') AS r ORDER BY 1",
+    "SELECT r::text FROM prme.recall(%(owner)s, 'tea dog bread', as_of => '2030-01-01') AS r ORDER BY 1",
+    "SELECT r::text FROM prme.maintenance_report(%(owner)s, '2030-01-01') AS r ORDER BY 1",
+]
+
+
+def test_upgrading_to_row_rules_on_types_rewrites_nothing_and_keeps_every_rule(pg_server: testing.Server) -> None:
+    """The value rules of nodes and journal move from table CHECK constraints to the columns'
+    domains without rewriting a table or rebuilding an index: every row and every reader's answer
+    is the same after the upgrade, every stored key still replays and conflicts, the journal
+    verifies, and every rule (the counters' new one included) still refuses a bad value."""
+    with filled_before(pg_server, "row_rules_on_types") as (conn, every, target):
+        conn.execute(FILL_HOT_PATH.encode())
+        conn.execute(FILL_REPORT_ON_THE_MEMORY_ROW.encode())
+        owners = ("alice", "bob", "carol", "dave")
+
+        def answers() -> list[Any]:
+            return [conn.execute(query, {"owner": owner}).fetchall() for query in TYPED_READERS for owner in owners]
+
+        before_rows, before_answers = _rows(conn), answers()
+        assert sum(map(len, before_answers)) > 40, "not vacuous"
+        files = conn.execute(REWRITE_WITNESS).fetchall()
+        checks = "SELECT conrelid::regclass::text, count(*) FROM pg_constraint WHERE contype = 'c' AND conrelid IN"
+        checks += " ('prme.nodes'::regclass, 'prme.journal'::regclass) GROUP BY 1 ORDER BY 1"
+        assert conn.execute(checks).fetchall() == [("prme.journal", 6), ("prme.nodes", 13)]
+
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+
+        assert conn.execute(REWRITE_WITNESS).fetchall() == files, "no table rewritten, no index rebuilt"
+        assert conn.execute(checks).fetchall() == [("prme.journal", 3)]
+        assert _rows(conn) == before_rows, "every row kept as it was"
+        assert answers() == before_answers, "every reader answers as before"
+        for owner in owners:
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+        replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
+        assert {row[0] for row in conn.execute(replay)} == {True}
+
+        # Every stored key still replays, writing nothing, and conflicts with any other use.
+        replays = [
+            "SELECT replayed FROM prme.reinforce('cccccccc-1200-4000-8000-000000000001', 'carol',"
+            " 'eeeeeeee-0000-4000-8000-000000000012', 'a0000000-1200-4000-8000-000000000001')",
+            "SELECT replayed FROM prme.record_outcome('carol', 'cccccccc-1200-4000-8000-000000000002',"
+            " 'explicit_reinforcement', request_id => 'b0000000-1200-4000-8000-000000000001')",
+            "SELECT replayed FROM prme.record_outcome('dave', 'dddddddd-1700-4000-8000-000000000002',"
+            " 'neutral_exposure', request_id => 'd0000000-1700-4000-8000-000000000001')",
+            "SELECT replayed FROM prme.reinforce('dddddddd-1700-4000-8000-000000000001', 'dave', NULL,"
+            " 'd0000000-1700-4000-8000-000000000002')",
+        ]
+        for statement in replays:
+            assert conn.execute(statement).fetchone() == (True,), statement
+        conflicts = [
+            "SELECT prme.reinforce('dddddddd-1700-4000-8000-000000000002', 'dave', NULL,"
+            " 'd0000000-1700-4000-8000-000000000001')",
+            "SELECT prme.record_outcome('dave', 'dddddddd-1700-4000-8000-000000000001', 'implicit_success',"
+            " request_id => 'd0000000-1700-4000-8000-000000000002')",
+        ]
+        for statement in conflicts:
+            assert _sqlstate(conn, statement) == "PR409", statement
+        assert _rows(conn) == before_rows, "replays and conflicts wrote nothing"
+
+        # The rules hold on the types: a bad value written straight into a table is refused.
+        node = "WHERE id = 'dddddddd-1700-4000-8000-000000000001'"
+        for assignment in (
+            "namespace = 'Not a name'",
+            "kind = ''",
+            "confidence_base = 1.5",
+            "evidence_refs = ARRAY[NULL]::uuid[]",
+            "stability = 'firm'",
+            "lifecycle_state = 'gone'",
+            "decay_profile = 'never'",
+            "version = 0",
+            "last_checksum = upper(last_checksum)",
+            "last_checksum = left(last_checksum, 63)",
+            "reinforcements = -1",
+            "implicit_successes = -1",
+        ):
+            assert _sqlstate(conn, f"UPDATE prme.nodes SET {assignment} {node}") == "23514", assignment
+        record = "SELECT * FROM prme.journal WHERE node_id = 'dddddddd-1700-4000-8000-000000000001' LIMIT 1"
+        for column, value in (("node_version", "0"), ("checksum", "'x'"), ("prev_checksum", "repeat('g', 64)")):
+            changed = (
+                f"jsonb_populate_record(NULL::prme.journal, to_jsonb(j) || jsonb_build_object('{column}', {value}))"
+            )
+            statement = f"INSERT INTO prme.journal SELECT ({changed}).* FROM ({record}) AS j"
+            assert _sqlstate(conn, statement) == "23514", column
+
+        # A confirmation after the upgrade counts once and extends a verifying chain.
+        confirm = (
+            "SELECT version, replayed FROM prme.reinforce('dddddddd-1700-4000-8000-000000000002', 'dave', NULL,"
+            " 'd0000000-2100-4000-8000-000000000001')"
+        )
+        first = conn.execute(confirm).fetchone()
+        assert first is not None and first[1] is False
+        assert conn.execute(confirm).fetchone() == (first[0], True)
+        assert conn.execute("SELECT * FROM prme.verify_journal('dave')").fetchall() == []

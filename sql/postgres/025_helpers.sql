@@ -47,7 +47,9 @@ LANGUAGE sql
 STABLE
 PARALLEL SAFE
 -- UTC, always six fractional digits: independent of the session's TimeZone and DateStyle.
-RETURN coalesce('"' || to_char(value AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"', 'null');
+-- The JSON string's quotes come from the pattern (\" is a literal quote in to_char):
+-- every node of this expression is set up again by each transaction that uses it.
+RETURN coalesce(to_char(value AT TIME ZONE 'UTC', '\"YYYY-MM-DD"T"HH24:MI:SS.US"Z\"'), 'null');
 
 COMMENT ON FUNCTION prme._json_time(timestamptz) IS
 'Internal: a timestamp as a journal JSON value, "YYYY-MM-DDTHH:MM:SS.ffffffZ" in UTC, or null.';
