@@ -538,11 +538,14 @@ WHERE x.id = n.id AND x.h % 3 > 0
 """
 # The first release read a bookkeeping row per memory (0003): the same columns, from the
 # memory's row. The data here has no confirmations, so the outcome rows are all of them.
+# The columns with 0003's node_maintenance types (since 0021 the memory's are domains over them).
 FIRST_RELEASE_BOOKKEEPING = (
-    "(SELECT n.user_id, n.id AS node_id, n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile,"
-    " n.confidence_base, n.recorded_reinforcements AS explicit_reinforcements, n.implicit_successes,"
-    " n.neutral_exposures, n.explicit_corrections, n.last_outcome_at, n.reviewed_explicit_reinforcements,"
-    " n.reviewed_implicit_successes, n.reviewed_neutral_exposures, n.reviewed_explicit_corrections,"
+    "(SELECT n.user_id, n.id AS node_id, n.stability::text, n.lifecycle_state::text, n.next_review_at,"
+    " n.decay_profile::text, n.confidence_base::numeric(5, 4),"
+    " n.recorded_reinforcements::bigint AS explicit_reinforcements, n.implicit_successes::bigint,"
+    " n.neutral_exposures::bigint, n.explicit_corrections::bigint, n.last_outcome_at,"
+    " n.reviewed_explicit_reinforcements::bigint, n.reviewed_implicit_successes::bigint,"
+    " n.reviewed_neutral_exposures::bigint, n.reviewed_explicit_corrections::bigint,"
     " n.decay_anchor, n.decay_cycles FROM prme.nodes AS n) AS k"
 )
 
