@@ -7,6 +7,7 @@ work, not anything in Python.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -181,3 +182,47 @@ def test_failed_call_inside_a_transaction_leaves_nothing(conn: psycopg.Connectio
         )
     assert caught.value.sqlstate == "PR404"
     assert _counts(conn, node_id) == (1, 0, 0)
+
+
+def test_a_change_between_read_and_write_makes_the_call_read_again(conn: psycopg.Connection[Any], db_dsn: str) -> None:
+    """reinforce reads the node without a lock and writes it only if it is still the version it
+    read. Here another confirmation holds the node's row (uncommitted) while the call reads it:
+    the call's write waits for that commit, sees a newer version, writes nothing, and starts again
+    from the new version, so both count and its record chains to the other's."""
+    node_id = _add_node(conn)
+    holder = psycopg.connect(db_dsn)
+    try:
+        holder.execute("SELECT prme.reinforce(%s, 'alice')", (node_id,))  # version 2, not committed
+        waiting: dict[str, Any] = {}
+
+        def call() -> None:
+            with psycopg.connect(db_dsn, autocommit=True) as other:
+                waiting["pid"] = other.info.backend_pid
+                waiting["row"] = _reinforce(node_id, uuid.uuid4())(other)
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        # The call has read version 1 and waits for the holder's row lock with its UPDATE.
+        for _ in range(200):
+            pid = waiting.get("pid")
+            if pid and conn.execute(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone() == (True,):
+                break
+            threading.Event().wait(0.05)
+        else:
+            pytest.fail("the call never waited for the holder's row lock")
+        holder.commit()
+        thread.join(timeout=30)
+    finally:
+        holder.close()
+    assert waiting["row"]["version"] == 3 and waiting["row"]["replayed"] is False
+    assert waiting["row"]["reinforcement_boost"] == Decimal("0.3")
+    assert _counts(conn, node_id) == (3, 2, 1)
+    chain = conn.execute(
+        "SELECT node_version, prev_checksum = lag(checksum) OVER (ORDER BY node_version)"
+        " FROM prme.journal WHERE node_id = %s ORDER BY node_version",
+        (node_id,),
+    ).fetchall()
+    assert chain == [(1, None), (2, True), (3, True)]
+    _assert_journal_sound(conn, node_id)

@@ -3,7 +3,9 @@
 A backend running reinforce is terminated (pg_terminate_backend, from another
 connection) at each stage of the call, held there by a real lock of another session:
 
-* ``row_lock``: waiting for the node's row lock (a superuser holds SELECT ... FOR UPDATE);
+* ``row_lock``: waiting for the node's row lock (a superuser holds SELECT ... FOR UPDATE):
+  reinforce reads without a lock, so it is its one writing statement (the node's UPDATE and
+  the journal INSERT) that waits, holding both tables' RowExclusiveLock and no RowShareLock;
 * ``key_claim``: the row locked and updated, waiting to claim its request key with its
   journal record (another transaction has an uncommitted journal record of another node
   carrying the same key: the unique index journal_request_key makes the call wait);
@@ -110,7 +112,7 @@ def test_terminated_backend_leaves_nothing_and_retry_counts_once(
         if stage == "row_lock":
             blocker.execute("SELECT * FROM prme.nodes WHERE user_id = 'alice' AND id = %s FOR UPDATE", [node_id])
             running = Background(call)
-            _expect_stage(superuser, pid, blocker.info.backend_pid, {"nodes_row_lock"}, {"nodes", "journal"})
+            _expect_stage(superuser, pid, blocker.info.backend_pid, {"nodes", "journal"}, {"nodes_row_lock"})
         elif stage == "key_claim":
             # A record of another node carrying the key, not committed: the victim's record waits on it.
             blocker.execute("SET LOCAL session_replication_role = replica")
@@ -121,7 +123,7 @@ def test_terminated_backend_leaves_nothing_and_retry_counts_once(
                 [uuid.uuid4(), uuid.uuid4(), request_id, "0" * 64],
             )
             running = Background(call)
-            _expect_stage(superuser, pid, blocker.info.backend_pid, {"nodes_row_lock", "nodes", "journal"}, set())
+            _expect_stage(superuser, pid, blocker.info.backend_pid, {"nodes", "journal"}, {"nodes_row_lock"})
         elif stage == "journal_insert":
             blocker.execute("SET LOCAL session_replication_role = replica")
             blocker.execute(
