@@ -20,16 +20,22 @@ Two comparisons, each measured side by side in one run:
 * DuckDB: a pack's ``MemoryClient.reinforce`` (validation, the pack lock, the retry
   loop, dataclasses) against the very same statements (the constants of
   prme_pg.backends.duckdb) run by hand in one DuckDB transaction on a raw connection,
-  with no Python in between. Target: >= 0.8 x.
+  with no Python in between. Target: >= 0.8 x. And the same call against the same rows
+  written by hand as a user would without prme (issue 15, item 4: SELECT the node, build a
+  1.2 KB record in Python, UPDATE, INSERT, COMMIT; no validation, no replay check, no
+  conflict detection beyond DuckDB's own). Target: >= 0.5 x.
 
 And pack recall (issue 18): ``MemoryClient.recall`` on a pack of 10,000 memories of one
 owner, median of single calls. Target: <= 20 ms.
 
 The server is a throwaway cluster from this machine's binaries (prme_pg.testing).
 Calls run single-threaded, in rounds that alternate client and raw, so load from
-other processes hits both alike; every ratio is total calls over total time across
-the rounds. The Python CPU time per call (time.process_time) is shown as well: it is
-what the client adds, and other load disturbs it much less than wall-clock time.
+other processes hits both alike. The table gives total calls over total time across the
+rounds, and the median (and range) of the rounds' own ratios, which decides the verdict: a
+burst of load in one round moves it least. For a stable median use 5 or more rounds, e.g.
+``--pack-reinforce-only --rounds 7 --seconds 3``. The Python CPU time per call
+(time.process_time) is shown as well: it is what the client adds, and other load disturbs
+it much less than wall-clock time.
 """
 
 from __future__ import annotations
@@ -38,12 +44,13 @@ import argparse
 import hashlib
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -87,14 +94,24 @@ class Comparison:
     raw: Side
     client: Side
     target: float = 0.8
+    #: client/raw throughput of each round (the two sides measured back to back).
+    round_ratios: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
         return self.client.rate / self.raw.rate if self.raw.rate else 0.0
 
+    @property
+    def median_ratio(self) -> float:
+        return statistics.median(self.round_ratios) if self.round_ratios else self.ratio
 
-def measure(side: Side, call: Callable[[], Any], seconds: float) -> None:
-    """Run call repeatedly for about `seconds`, adding to side's totals."""
+    @property
+    def ok(self) -> bool:
+        return self.median_ratio >= self.target
+
+
+def measure(side: Side, call: Callable[[], Any], seconds: float) -> float:
+    """Run call repeatedly for about `seconds`, adding to side's totals; the calls per second."""
     wall, cpu = time.perf_counter(), time.process_time()
     calls, deadline = 0, wall + seconds
     while True:
@@ -103,18 +120,22 @@ def measure(side: Side, call: Callable[[], Any], seconds: float) -> None:
         calls += 10
         if time.perf_counter() >= deadline:
             break
+    elapsed = time.perf_counter() - wall
     side.calls += calls
-    side.seconds += time.perf_counter() - wall
+    side.seconds += elapsed
     side.cpu += time.process_time() - cpu
+    return calls / elapsed
 
 
-def compare(name: str, raw: Callable[[], Any], client: Callable[[], Any], rounds: int, seconds: float) -> Comparison:
-    result = Comparison(name, Side(), Side())
+def compare(
+    name: str, raw: Callable[[], Any], client: Callable[[], Any], rounds: int, seconds: float, target: float = 0.8
+) -> Comparison:
+    result = Comparison(name, Side(), Side(), target)
     raw(), client()  # warm up: prepared statements, caches
     for i in range(rounds):
-        pair = [(result.raw, raw), (result.client, client)]
-        for side, call in pair if i % 2 == 0 else reversed(pair):
-            measure(side, call, seconds)
+        pair = [("raw", result.raw, raw), ("client", result.client, client)]
+        rates = {label: measure(side, call, seconds) for label, side, call in (pair if i % 2 == 0 else pair[::-1])}
+        result.round_ratios.append(rates["client"] / rates["raw"])
     return result
 
 
@@ -201,7 +222,9 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
             # The client's statements, in the client's order, in one transaction.
             node_id, request_id, now = raw_nodes[next(turn) % NODES], uuid.uuid4(), _now()
             con.execute("BEGIN TRANSACTION")
-            node = con.execute(pack_sql.REINFORCE_NODE, {"user_id": USER, "node_id": node_id}).fetchone()[0]  # type: ignore[index]
+            found = con.execute(pack_sql.CONFIRM_NODE, {"user_id": USER, "node_id": node_id}).fetchone()
+            assert found is not None
+            node = dict(zip(pack_sql._CONFIRM_NAMES, found, strict=True))
             key = {"user_id": USER, "namespace": node["namespace"], "request_id": request_id}
             con.execute(pack_sql.REINFORCE_KEY, key).fetchone()
             operation_id = uuid.uuid4()
@@ -262,13 +285,14 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
 
         def raw_replay() -> None:
             con.execute("BEGIN TRANSACTION")
-            con.execute(pack_sql.REINFORCE_NODE, {"user_id": USER, "node_id": raw_nodes[0]}).fetchone()
+            con.execute(pack_sql.CONFIRM_NODE, {"user_id": USER, "node_id": raw_nodes[0]}).fetchone()
             con.execute(pack_sql.REINFORCE_KEY, replay_key).fetchone()
             con.execute("COMMIT")
 
         results.append(compare("DuckDB pack reinforce replay", raw_replay, client_replay, rounds, seconds))
         by_hand = _by_hand(con, raw_nodes)
-        results.append(compare("DuckDB pack reinforce vs by hand", by_hand, client_fresh, rounds, seconds))
+        # Issue 15, item 4: the pack's confirmation at >= 0.5x the same rows written by hand.
+        results.append(compare("DuckDB pack reinforce vs by hand", by_hand, client_fresh, rounds, seconds, target=0.5))
         memory.close()
         con.close()
         return results
@@ -583,6 +607,7 @@ def report(results: list[Comparison], console: Console) -> None:
         "raw calls/s",
         "client calls/s",
         "client/raw",
+        "rounds: median (min-max)",
         "target",
         "",
         "raw CPU ms/call",
@@ -590,13 +615,15 @@ def report(results: list[Comparison], console: Console) -> None:
     ):
         table.add_column(column, justify="left" if column == "workload" else "right")
     for r in results:
+        spread = f"{min(r.round_ratios):.2f}-{max(r.round_ratios):.2f}" if r.round_ratios else ""
         table.add_row(
             r.name,
             f"{r.raw.rate:,.0f}",
             f"{r.client.rate:,.0f}",
             f"{r.ratio:.2f}",
+            f"{r.median_ratio:.2f} ({spread}) of {len(r.round_ratios)}",
             f">= {r.target:.2f}",
-            "[green]ok[/]" if r.ratio >= r.target else "[red]below[/]",
+            "[green]ok[/]" if r.ok else "[red]below[/]",
             f"{r.raw.cpu_ms:.3f}",
             f"{r.client.cpu_ms:.3f}",
         )
@@ -624,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         with console.status("DuckDB: pack client vs the same statements by hand ..."):
             pack_results = duckdb_comparisons(rounds, seconds)
         report(pack_results, console)
-        return 0 if all(r.ratio >= r.target for r in pack_results) else 1
+        return 0 if all(r.ok for r in pack_results) else 1
     with console.status(f"DuckDB: pack maintenance report over {REPORT_MEMORIES:,} memories ..."):
         maintenance = pack_maintenance()
     report_ok = maintenance.ratio <= REPORT_TARGET_RATIO
@@ -656,7 +683,13 @@ def main(argv: list[str] | None = None) -> int:
         print(
             json.dumps(
                 [
-                    {**asdict(r), "ratio": r.ratio, "raw_rate": r.raw.rate, "client_rate": r.client.rate}
+                    {
+                        **asdict(r),
+                        "ratio": r.ratio,
+                        "median_ratio": r.median_ratio,
+                        "raw_rate": r.raw.rate,
+                        "client_rate": r.client.rate,
+                    }
                     for r in results
                 ],
                 indent=2,
@@ -666,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         report(results, console)
         recall_report(recalls, console)
         report_report(maintenance, console)
-    return 0 if recall_ok and report_ok and all(r.ratio >= r.target for r in results) else 1
+    return 0 if recall_ok and report_ok and all(r.ok for r in results) else 1
 
 
 if __name__ == "__main__":

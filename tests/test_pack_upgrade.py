@@ -12,15 +12,17 @@ the same as before.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 
 from prme_pg import MemoryClient
-from prme_pg.backends.duckdb import FORMAT_VERSION, PACK_FILE
+from prme_pg.backends.duckdb import FORMAT_VERSION, PACK_FILE, _table_definition
 
 ALICE = "alice"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -108,7 +110,44 @@ def readings(memory: MemoryClient) -> dict[str, Any]:
     return result
 
 
+# Format 3's CHECKs of prme.nodes' names and checksum (010_tables.sql before format 4).
+FORMAT_3_CHECKS = {
+    "namespace": "regexp_full_match(namespace, '[a-z][a-z0-9_-]{0,62}')",
+    "scope": "regexp_full_match(scope, '[a-z][a-z0-9_-]{0,62}')",
+    "kind": "regexp_full_match(kind, '[a-z][a-z0-9_-]{0,62}')",
+    "last_checksum": "regexp_full_match(last_checksum, '[0-9a-f]{64}')",
+}
+
+
+def node_checks(con: duckdb.DuckDBPyConnection) -> list[str]:
+    rows = con.execute(
+        "SELECT constraint_text FROM duckdb_constraints() "
+        "WHERE schema_name = 'prme' AND table_name = 'nodes' AND constraint_type = 'CHECK' ORDER BY 1"
+    ).fetchall()
+    return [text for (text,) in rows]
+
+
+def back_to_format_3(file: Path) -> None:
+    """prme.nodes as format 3 created it: the same columns, its names and checksum checked by
+    regular expressions."""
+    definition, count = re.subn(
+        r"CHECK \(\n\s+strlen\((\w+)\).*?\n    \)",
+        lambda m: f"CHECK ({FORMAT_3_CHECKS[m[1]]})",
+        _table_definition("nodes"),
+        flags=re.DOTALL,
+    )
+    assert count == len(FORMAT_3_CHECKS)
+    with duckdb.connect(str(file)) as con:
+        con.execute("ALTER TABLE prme.nodes RENAME TO nodes_format_4")
+        con.execute(definition)
+        con.execute("INSERT INTO prme.nodes BY NAME SELECT * FROM prme.nodes_format_4")
+        con.execute("DROP TABLE prme.nodes_format_4")
+        con.execute("UPDATE prme.pack_info SET value = '3' WHERE key = 'format_version'")
+        assert sum("regexp_full_match" in text for text in node_checks(con)) == len(FORMAT_3_CHECKS)
+
+
 def back_to_format_2(file: Path) -> None:
+    back_to_format_3(file)
     with duckdb.connect(str(file)) as con:
         con.execute(FORMAT_2_NODE_MAINTENANCE)
         con.execute(
@@ -148,7 +187,7 @@ def test_a_format_2_pack_reports_the_same_after_opening(tmp_path: Path) -> None:
         assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'node_maintenance'").fetchone() == (
             0,
         )
-    assert FORMAT_VERSION == 3
+    assert FORMAT_VERSION == 4
     assert [op["op"] for op in proposed.ops] == [op["op"] for op in _fresh_patch(tmp_path, at)]
 
 
@@ -182,3 +221,34 @@ def test_an_upgraded_pack_keeps_counting(tmp_path: Path) -> None:
         assert (row.explicit_reinforcements, row.explicit_corrections) == (2, 1)
         memory.mark_reviewed(node.id, user_id=ALICE)
         assert memory.maintenance_report(user_id=ALICE) == []
+
+
+def test_a_format_3_pack_gets_the_current_checks(tmp_path: Path) -> None:
+    """Format 4 checks nodes' names and checksum without regular expressions: an older pack's
+    prme.nodes is created again with them, every row and reading kept, and the same rules
+    still refuse a bad value written behind the client's back."""
+    path = tmp_path / "memories"
+    clock = Clock()
+    counter = iter(range(1, 1 << 32))
+    with MemoryClient(path, clock=clock, new_id=lambda: uuid.UUID(int=next(counter))) as memory:
+        fill(memory, clock)
+        before = readings(memory)
+    with duckdb.connect(str(path / PACK_FILE)) as con:
+        current = node_checks(con)
+        rows = con.execute("SELECT * FROM prme.nodes ORDER BY id").fetchall()
+    assert not any("regexp" in text for text in current)
+    back_to_format_3(path / PACK_FILE)
+
+    with MemoryClient(path, clock=clock, new_id=lambda: uuid.UUID(int=next(counter))) as memory:
+        assert readings(memory) == before
+        node = memory.list_nodes(user_id=ALICE)[0]
+        assert memory.reinforce(node.id, user_id=ALICE).version == node.version + 1
+    with duckdb.connect(str(path / PACK_FILE)) as con:
+        assert node_checks(con) == current
+        assert con.execute("SELECT value FROM prme.pack_info WHERE key = 'format_version'").fetchone() == ("4",)
+        assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE 'nodes_%'").fetchone() == (0,)
+        after = con.execute("SELECT * FROM prme.nodes ORDER BY id").fetchall()
+        assert [row for row in after if row[0] != node.id] == [row for row in rows if row[0] != node.id]
+        for column, bad in (("namespace", "Default"), ("scope", "a" * 64), ("kind", "_x"), ("last_checksum", "F" * 64)):
+            with pytest.raises(duckdb.ConstraintException):
+                con.execute(f"UPDATE prme.nodes SET {column} = ? WHERE id = ?", [bad, node.id])
