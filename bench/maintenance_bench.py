@@ -74,6 +74,8 @@ from rich.table import Table
 from prme_pg import testing
 
 console = Console(width=None if sys.stdout.isatty() else 150)
+# Progress goes to stderr, so that --json prints one JSON document and nothing else.
+progress = Console(stderr=True)
 
 TARGET_RATIO = 3.0
 USER = "bench"
@@ -95,9 +97,10 @@ DECLARE
     v_as_of timestamptz := now();
 BEGIN
     RETURN QUERY
-    SELECT n.id, '{review_due}'::text[], n.lifecycle_state, n.stability, NULL::text, n.confidence_base::numeric,
-        n.confidence_base::numeric, n.next_review_at, 1, 0, n.recorded_reinforcements + n.reinforcements,
-        n.implicit_successes, n.explicit_corrections
+    SELECT n.id, '{review_due}'::text[], n.lifecycle_state::text, n.stability::text, NULL::text,
+        n.confidence_base::numeric, n.confidence_base::numeric, n.next_review_at, 1, 0,
+        n.recorded_reinforcements + n.reinforcements,
+        n.implicit_successes::bigint, n.explicit_corrections::bigint
     FROM prme.nodes AS n
     WHERE n.user_id = report_floor.user_id
       AND n.lifecycle_state IN ('active', 'contested')
@@ -237,12 +240,18 @@ def _run(conn: psycopg.Connection[Any], meter: CpuMeter, query: str, setup: str,
     measure.value = row[0] if row else None
 
 
+def _times(part: float, whole: float) -> float | None:
+    """part / whole to two places, or None when whole measured zero (CPU time is read in
+    clock ticks of 10 ms: a small run's scan can take none)."""
+    return round(part / whole, 2) if whole > 0 else None
+
+
 def _step(label: str, work: Callable[[], Any]) -> float:
-    with console.status(label):
+    with progress.status(label):
         start = time.perf_counter()
         work()
         seconds = time.perf_counter() - start
-    console.print(f"  {label}: {seconds:.1f} s")
+    progress.print(f"  {label}: {seconds:.1f} s")
     return seconds
 
 
@@ -274,10 +283,18 @@ def _install_previous(conn: psycopg.Connection[Any]) -> None:
     # 0018_report_on_the_memory_row (this data has no confirmations: the outcome rows are all).
     body = body.replace(
         "prme.node_maintenance AS k",
-        "(SELECT n.user_id, n.id AS node_id, n.stability, n.lifecycle_state, n.next_review_at, n.decay_profile,"
-        " n.confidence_base, n.recorded_reinforcements AS explicit_reinforcements, n.implicit_successes,"
-        " n.neutral_exposures, n.explicit_corrections, n.last_outcome_at, n.reviewed_explicit_reinforcements,"
-        " n.reviewed_implicit_successes, n.reviewed_neutral_exposures, n.reviewed_explicit_corrections,"
+        # (as the base types: RETURN QUERY needs the exact types, and since
+        # 0021_row_rules_on_types the columns are domains over them).
+        "(SELECT n.user_id, n.id AS node_id, n.stability::text AS stability,"
+        " n.lifecycle_state::text AS lifecycle_state, n.next_review_at, n.decay_profile::text AS decay_profile,"
+        " n.confidence_base::numeric(5, 4) AS confidence_base,"
+        " n.recorded_reinforcements::bigint AS explicit_reinforcements,"
+        " n.implicit_successes::bigint AS implicit_successes,"
+        " n.neutral_exposures::bigint AS neutral_exposures, n.explicit_corrections::bigint AS explicit_corrections,"
+        " n.last_outcome_at, n.reviewed_explicit_reinforcements::bigint AS reviewed_explicit_reinforcements,"
+        " n.reviewed_implicit_successes::bigint AS reviewed_implicit_successes,"
+        " n.reviewed_neutral_exposures::bigint AS reviewed_neutral_exposures,"
+        " n.reviewed_explicit_corrections::bigint AS reviewed_explicit_corrections,"
         " n.decay_anchor, n.decay_cycles FROM prme.nodes AS n) AS k",
     )
     conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
@@ -298,7 +315,7 @@ def _measure(
     if floor:
         statements["floor"] = (single, FLOOR_SQL)
     measures = {name: Measure() for name in statements}
-    with console.status("measuring"):
+    with progress.status("measuring"):
         for setup, query in statements.values():  # warm the cache and the plans
             _run(conn, meter, query, setup, Measure())
         for _ in range(runs):
@@ -327,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         postmaster_pid = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
         with psycopg.connect(dsn, autocommit=True) as conn:
             version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
-            console.print(f"PostgreSQL {version}: {nodes:,} memories, {5 * nodes:,} outcome events")
+            progress.print(f"PostgreSQL {version}: {nodes:,} memories, {5 * nodes:,} outcome events")
             load = _load(conn, nodes)
             outcomes = int(conn.execute("SELECT count(*) FROM prme.outcomes").fetchone()[0])  # type: ignore[index]
             sizes = conn.execute(
@@ -386,16 +403,16 @@ def main(argv: list[str] | None = None) -> int:
             for unit in ("wall", "cpu")
         },
         "ratio_wall": round(ratio, 2),
-        "ratio_cpu": round(report.cpu_median / scan.cpu_median, 2),
-        "ratio_wall_vs_parallel_scan": round(report.wall_median / parallel.wall_median, 2),
+        "ratio_cpu": _times(report.cpu_median, scan.cpu_median),
+        "ratio_wall_vs_parallel_scan": _times(report.wall_median, parallel.wall_median),
         "previous_ratio_wall": (
-            round(measures["previous"].wall_median / scan.wall_median, 2) if "previous" in measures else None
+            _times(measures["previous"].wall_median, scan.wall_median) if "previous" in measures else None
         ),
         "previous_ratio_cpu": (
-            round(measures["previous"].cpu_median / scan.cpu_median, 2) if "previous" in measures else None
+            _times(measures["previous"].cpu_median, scan.cpu_median) if "previous" in measures else None
         ),
-        "floor_ratio_wall": round(measures["floor"].wall_median / scan.wall_median, 2) if "floor" in measures else None,
-        "floor_ratio_cpu": round(measures["floor"].cpu_median / scan.cpu_median, 2) if "floor" in measures else None,
+        "floor_ratio_wall": _times(measures["floor"].wall_median, scan.wall_median) if "floor" in measures else None,
+        "floor_ratio_cpu": _times(measures["floor"].cpu_median, scan.cpu_median) if "floor" in measures else None,
         "target_ratio": TARGET_RATIO,
         "passed": ratio <= TARGET_RATIO,
         "scan_shared_hit_blocks": scan_buffers[0],
@@ -428,9 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(
             label,
             f"{m.wall_median:.3f} s",
-            f"{m.wall_median / scan.wall_median:.2f}",
+            f"{_times(m.wall_median, scan.wall_median) or ''}",
             f"{m.cpu_median:.3f} s",
-            f"{m.cpu_median / scan.cpu_median:.2f}",
+            f"{_times(m.cpu_median, scan.cpu_median) or ''}",
         )
     if patch is not None:
         table.add_row(f"maintenance_patch ({patch[1]:,} ops, once)", f"{patch[0]:.3f} s", "", "", "")
