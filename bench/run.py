@@ -115,7 +115,7 @@ SELECT count(prme.reinforce(
 FROM generate_series(%(lo)s::integer, %(hi)s::integer) AS i
 """
 
-SETUP_SQL = """
+SETUP_TABLES_SQL = """
 CREATE SCHEMA bench;
 -- single_insert's table: an owner, a uuid and a text, keyed like every prme table.
 CREATE TABLE bench.single_rows (
@@ -125,6 +125,92 @@ CREATE TABLE bench.single_rows (
     PRIMARY KEY (user_id, id)
 );
 """
+
+# record_floor's function (bench/pgbench/record_floor.sql).
+RECORD_FLOOR_SQL = """
+-- record_floor's function (bench/pgbench/record_floor.sql): what the journal's rule
+-- adds to function_floor, and nothing else. The record must be built in the transaction
+-- from the state the node had (docs/DESIGN.md, "The journal"): read the node, build both
+-- states, the record and its checksum with the engine's own builder (prme._journal_entry),
+-- write both rows if the node is still that version. No validation, no key lock or key
+-- check, no evidence check, no retry loop: reinforce is this plus those.
+CREATE FUNCTION bench.read_build_write(node_id uuid, user_id text)
+RETURNS prme.node_view
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_node prme.nodes;
+    v_after prme.nodes;
+    v_entry prme.journal;
+    v_now timestamptz := now();
+BEGIN
+    SELECT n.* INTO v_node FROM prme.nodes AS n
+    WHERE n.user_id = read_build_write.user_id AND n.id = read_build_write.node_id;
+    v_after := v_node;
+    v_after.reinforcement_boost := prme._reinforced_boost(v_node.reinforcement_boost);
+    v_after.confidence_base := prme._reinforced_confidence(v_node.confidence_base);
+    v_after.last_reinforced_at := v_now;
+    v_after.updated_at := v_now;
+    v_after.version := v_node.version + 1;
+    v_entry := prme._journal_entry(
+        'reinforce', 'additive_caps_v1', gen_random_uuid(), gen_random_uuid(), NULL, v_node, v_after
+    );
+    WITH updated AS (
+        UPDATE prme.nodes AS n SET
+            reinforcement_boost = v_after.reinforcement_boost,
+            confidence_base = v_after.confidence_base,
+            last_reinforced_at = v_after.last_reinforced_at,
+            updated_at = v_after.updated_at,
+            version = v_after.version,
+            last_checksum = v_entry.checksum,
+            reinforcements = n.reinforcements + 1
+        WHERE n.user_id = read_build_write.user_id AND n.id = read_build_write.node_id AND n.version = v_node.version
+        RETURNING n.reinforcements
+    )
+    INSERT INTO prme.journal SELECT v_entry.* FROM updated;
+    RETURN prme._node_view(v_after, FALSE);
+END;
+$$;
+-- Owned like the API's functions, which run as prme_owner: a superuser skips the
+-- privilege checks every function call of an expression makes for anyone else.
+ALTER FUNCTION bench.read_build_write(uuid, text) OWNER TO prme_owner;
+"""
+
+# no_logic_limit's statement as its script has it, and what each of its pgbench
+# variables becomes in function_floor's function.
+NO_LOGIC_ARGUMENTS = (
+    (":checksum", "two_writes.checksum"),
+    (":record", "two_writes.record"),
+    ("'user_' || :u::text", "two_writes.user_id"),
+    ("md5('node:' || :i::text)::uuid", "two_writes.node_id"),
+    ("SELECT n.*, FALSE AS replayed FROM n;", "SELECT n.*, FALSE INTO v_view FROM n;"),
+)
+
+
+def function_floor_sql() -> str:
+    """function_floor's function, bench.two_writes: no_logic_limit's statement, taken from
+    its script so that the two cannot drift apart, as the body of a function made the way
+    the API's are (PL/pgSQL, SECURITY DEFINER, search_path pinned, owned by prme_owner),
+    its record and checksum handed to it."""
+    script = (SCRIPTS_DIR / "no_logic_limit.sql").read_text()
+    statement = script[script.index("WITH n AS (") :].strip()
+    for variable, argument in NO_LOGIC_ARGUMENTS:
+        if variable not in statement:
+            raise RuntimeError(f"no_logic_limit.sql no longer has {variable!r}: update NO_LOGIC_ARGUMENTS")
+        statement = statement.replace(variable, argument)
+    return (
+        "CREATE FUNCTION bench.two_writes(node_id uuid, user_id text, record text, checksum text)\n"
+        "RETURNS prme.node_view LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp\n"
+        "AS $$\n#variable_conflict use_column\nDECLARE\n    v_view prme.node_view;\nBEGIN\n"
+        f"{statement}\n    RETURN v_view;\nEND;\n$$;\n"
+        "ALTER FUNCTION bench.two_writes(uuid, text, text, text) OWNER TO prme_owner;\n"
+    )
+
+
+SETUP_SQL = SETUP_TABLES_SQL + function_floor_sql() + RECORD_FLOOR_SQL
 
 # --------------------------------------------------------------------------------------
 # Workloads
@@ -158,6 +244,16 @@ WORKLOADS: tuple[Workload, ...] = (
         "no_logic_limit",
         "no_logic_limit.sql",
         "the same writes in one data-modifying CTE, precomputed record: the limit",
+    ),
+    Workload(
+        "function_floor",
+        "function_floor.sql",
+        "no_logic_limit's statement in a SECURITY DEFINER PL/pgSQL function: the floor of any API function",
+    ),
+    Workload(
+        "record_floor",
+        "record_floor.sql",
+        "function_floor plus reading the node and building its record: the floor of any design",
     ),
     Workload("single_insert", "single_insert.sql", "one single-row INSERT per commit"),
 )
@@ -728,7 +824,7 @@ def measure(
     writes = {"reinforce_fresh": bench.writes_per_transaction(main_db, BY_NAME["reinforce_fresh"])}
     reference = writes["reinforce_fresh"]
     write_problems: list[str] = []
-    for name in ("reinforce_replay", "client_side", "no_logic_limit"):
+    for name in ("reinforce_replay", "client_side", "no_logic_limit", "function_floor", "record_floor"):
         try:
             writes[name] = bench.writes_per_transaction(main_db, BY_NAME[name])
         except RuntimeError as exc:
@@ -739,7 +835,7 @@ def measure(
     write_problems += [
         f"{name} writes {rows} per transaction, reinforce_fresh writes {reference}"
         for name, rows in writes.items()
-        if name in ("client_side", "no_logic_limit") and rows != reference
+        if name in ("client_side", "no_logic_limit", "function_floor", "record_floor") and rows != reference
     ]
     if writes["reinforce_replay"]:
         write_problems.append(f"reinforce_replay writes {writes['reinforce_replay']}: a replay must write nothing")
@@ -824,6 +920,46 @@ def paired(a: Aggregate | None, b: Aggregate | None, attr: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+# The floors: functions that do part of what reinforce must do, and nothing else. A
+# confirmation can do no better against a comparison than the floor that does less.
+FLOORS = {
+    "function_floor": "floor: any API function",
+    "record_floor": "floor: + the journal's rule",
+}
+
+
+def floor_bounds(results: dict[str, Aggregate]) -> dict[str, Any]:
+    """What the floors show about the targets: the most a confirmation could reach
+    against each comparison, medians of per-round ratios like the targets.
+    function_floor makes the two writes in an API-style function and nothing else;
+    record_floor also reads the node and builds its record, as the journal's rule
+    requires of any design; reinforce does that and validates and checks the key."""
+    limit, client, insert = results.get("no_logic_limit"), results.get("client_side"), results.get("single_insert")
+    bounds: dict[str, Any] = {}
+    lines = []
+    for name in FLOORS:
+        floor = results.get(name)
+        if floor is None:
+            continue
+        found = {
+            "vs_no_logic_limit": paired(floor, limit, "tps"),
+            "vs_no_logic_limit_cpu": paired(limit, floor, "server_cpu_us"),
+            "vs_client_side": paired(floor, client, "tps"),
+            "vs_client_side_cpu": paired(client, floor, "server_cpu_us"),
+            "cpu_vs_single_insert": paired(floor, insert, "server_cpu_us"),
+        }
+        bounds[name] = found
+        lines.append(
+            f"{name}: {fmt_ratio(found['vs_no_logic_limit'])} of no_logic_limit (target for fresh >= 0.9x), "
+            f"{fmt_ratio(found['vs_client_side'])} of client_side (>= 1.2x loopback, 1.8x at 0.5 ms), "
+            f"CPU {fmt_ratio(found['cpu_vs_single_insert'])} a single INSERT (<= 3x)"
+        )
+    if lines:
+        lines.insert(0, "the most a confirmation could reach, by what it must do at least (ratios in TPS):")
+    bounds["lines"] = lines
+    return bounds
+
+
 def report(
     results: dict[str, Aggregate],
     latency: dict[str, Aggregate],
@@ -896,6 +1032,8 @@ def report(
                     name, agg, f"fresh = {fmt_ratio(r)}", f"fresh = {fmt_ratio(cpu_times)}", "fresh CPU <= 3x",
                     verdict(entry),
                 )  # fmt: skip
+            elif name in FLOORS:
+                row(name, agg, f"fresh = {fmt_ratio(r)}", f"= {fmt_ratio(cpu)}", FLOORS[name], "")
             elif bound is None:
                 row(name, agg, f"fresh = {fmt_ratio(r)}", f"= {fmt_ratio(cpu)}", "context", "")
             else:
@@ -926,6 +1064,9 @@ def report(
     )
     for problem in write_problems:
         console.print(f"[bold red]comparison is not like for like:[/] {problem}")
+    bounds = floor_bounds(results)
+    for line in bounds.get("lines", []):
+        console.print(line)
 
     if proposals:
         ptable = Table(title="proposals (bench/proposals/), each on its own copy of the loaded database")
@@ -1003,6 +1144,7 @@ def report(
         "throughput": {name: agg.as_dict() for name, agg in results.items()},
         "latency": {key: agg.as_dict() for key, agg in latency.items()},
         "targets": targets,
+        "floor_bounds": {k: v for k, v in bounds.items() if k != "lines"},
         "rows_written_per_transaction": writes,
         "write_problems": write_problems,
         "proposals": [

@@ -14,7 +14,9 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import psycopg
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -41,3 +43,52 @@ def test_maintenance_bench_runs_every_statement_on_the_current_schema(capsys: py
     assert 0 < result["report_rows"] < 2000
     assert result["previous_ratio_wall"] is not None
     assert result["floor_ratio_wall"] is not None
+
+
+def _table_writes(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    rows = conn.execute(
+        "SELECT relname, n_tup_ins + n_tup_upd FROM pg_stat_xact_user_tables WHERE schemaname = 'prme'"
+    ).fetchall()
+    return {str(name): int(count) for name, count in rows if count}
+
+
+def test_the_core_benchmark_floors_write_what_a_confirmation_writes(conn: psycopg.Connection[Any]) -> None:
+    bench = _bench_module("run")
+    conn.execute(bench.SETUP_SQL)
+    conn.execute(bench.LOAD_NODES_SQL, {"owners": 2, "lo": 1, "hi": 4})
+    # Run as the API's functions run: as their owner, no superuser.
+    owners = conn.execute(
+        "SELECT DISTINCT pg_get_userbyid(p.proowner) FROM pg_proc AS p"
+        " WHERE p.oid IN ('bench.two_writes'::regproc, 'bench.read_build_write'::regproc, 'prme.reinforce'::regproc)"
+    ).fetchall()
+    assert owners == [("prme_owner",)]
+
+    node = "md5('node:1')::uuid"  # owner user_1 (node i belongs to user_{i % 2})
+    with conn.transaction():
+        before = _table_writes(conn)
+        record, checksum = conn.execute("SELECT record, checksum FROM prme.journal WHERE node_id = " + node).fetchone()  # type: ignore[misc]
+        view = conn.execute(
+            f"SELECT version, replayed FROM bench.two_writes({node}, 'user_1', %s, %s)", (record, checksum)
+        ).fetchone()
+        assert view == (2, False)
+        assert _table_writes(conn) == {"nodes": before.get("nodes", 0) + 1, "journal": before.get("journal", 0) + 1}
+        raise psycopg.Rollback  # its record is a copy, not a chain link
+
+    with conn.transaction():
+        before = _table_writes(conn)
+        view = conn.execute(f"SELECT version, replayed FROM bench.read_build_write({node}, 'user_1')").fetchone()
+        assert view == (2, False)
+        assert _table_writes(conn) == {"nodes": before.get("nodes", 0) + 1, "journal": before.get("journal", 0) + 1}
+    # record_floor builds a real record: the chain verifies, and it is what reinforce writes.
+    assert conn.execute("SELECT count(*) FROM prme.verify_journal('user_1')").fetchone() == (0,)
+    built = conn.execute(
+        f"SELECT record::jsonb FROM prme.journal WHERE node_id = {node} AND node_version = 2"
+    ).fetchone()
+    conn.execute("SELECT prme.reinforce(md5('node:3')::uuid, 'user_1', request_id => gen_random_uuid())")
+    confirmed = conn.execute(
+        "SELECT record::jsonb FROM prme.journal WHERE node_id = md5('node:3')::uuid AND node_version = 2"
+    ).fetchone()
+    assert built is not None and confirmed is not None
+    assert sorted(built[0]) == sorted(confirmed[0])
+    assert built[0]["after"]["confidence_base"] == confirmed[0]["after"]["confidence_base"] == 0.55
