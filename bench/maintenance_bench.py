@@ -7,6 +7,7 @@ Run from the repository root:
     .venv/bin/python bench/maintenance_bench.py --patch       # also time maintenance_patch (stores every op)
     .venv/bin/python bench/maintenance_bench.py --previous    # also time the report as first released (0003)
     .venv/bin/python bench/maintenance_bench.py --floor       # also time returning the rows without computing them
+    .venv/bin/python bench/maintenance_bench.py --best-layout # also time both over the best layout of the row
 
 It starts its own throwaway cluster from this machine's PostgreSQL binaries (durability
 off: the data is generated, and the measured statements only read), applies the
@@ -44,6 +45,13 @@ backend plus any parallel workers, from /proc: robust on a shared machine):
   memories (prme.nodes, which holds their bookkeeping since 0018_report_on_the_memory_row)
   with 0003's first cut on the raw counts, and its rows (same columns) into the function's
   result, nothing computed. What the report costs beyond it is its rules.
+* with --best-layout, the report and the floor (their current text) over the best layout
+  the memory's row could have, to show what a report on that row can reach at all: a
+  copy of the memories with the columns the report reads first (the fixed-width counters,
+  version and timestamps, then the short text columns it compares; content, recall's
+  words and the rest last, so a row is taken apart no further than it must), and
+  PostgreSQL's JIT compiling their expressions and the row's deforming (without LLVM's
+  optimization and inlining passes, which cost more than they save here).
 
 Both sides read warm pages from shared buffers: the run ends by checking, with EXPLAIN
 (BUFFERS), that the baseline scan read no page from outside them, and says so in red if
@@ -111,6 +119,22 @@ BEGIN
 END;
 $$
 """
+
+# The memories' columns in the order the report reads them: fixed-width first (their
+# offsets are cached), nullable timestamps next, then the text it compares.
+BEST_LAYOUT_COLUMNS = (
+    "id, reinforcements, recorded_reinforcements, implicit_successes, neutral_exposures, explicit_corrections,"
+    " reviewed_explicit_reinforcements, reviewed_implicit_successes, reviewed_neutral_exposures,"
+    " reviewed_explicit_corrections, version, created_at, updated_at, decay_cycles, next_review_at,"
+    " last_outcome_at, last_reinforced_at, reviewed_at, decay_anchor, user_id, lifecycle_state, stability,"
+    " decay_profile, confidence_base, namespace, scope, kind, salience_base, reinforcement_boost, evidence_refs,"
+    " last_checksum, content, search"
+)
+BEST_LAYOUT_JIT = (
+    "SET jit TO 'on' SET jit_above_cost TO '0' SET jit_optimize_above_cost TO '-1' SET jit_inline_above_cost TO '-1'"
+)
+BEST_REPORT_SQL = "SELECT count(*) FROM prme_bench.report_best('bench')"
+BEST_FLOOR_SQL = "SELECT count(*) FROM prme_bench.floor_best('bench')"
 
 SERVER_SETTINGS = {
     "fsync": "off",
@@ -301,8 +325,34 @@ def _install_previous(conn: psycopg.Connection[Any]) -> None:
     conn.execute(body.replace("maintenance_report.", "maintenance_report_0003.").encode())
 
 
+def _copy_function(conn: psycopg.Connection[Any], source: str, name: str) -> None:
+    """Create prme_bench.<name>: the function source as it is defined now, over the
+    best-layout copy of the memories, with JIT on (BEST_LAYOUT_JIT)."""
+    text = str(conn.execute("SELECT pg_get_functiondef(%s::regprocedure)", (source,)).fetchone()[0])  # type: ignore[index]
+    old_name = source.split("(")[0]
+    for old, new in (
+        (f"FUNCTION {old_name}(", f"FUNCTION prme_bench.{name}("),
+        (f"{old_name.split('.')[1]}.", f"{name}."),  # parameters qualified by the function's name
+        ("FROM prme.nodes AS n", "FROM prme_bench.nodes_best_layout AS n"),
+        ("SET jit TO 'off'", BEST_LAYOUT_JIT),
+    ):
+        if old not in text:  # the function changed shape: this benchmark must follow it
+            raise RuntimeError(f"{source} has no {old!r} to replace")
+        text = text.replace(old, new)
+    conn.execute(text.encode())
+
+
+def _install_best_layout(conn: psycopg.Connection[Any]) -> None:
+    """The memories copied with the report's columns first; the report and the floor over it."""
+    conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
+    conn.execute(f"CREATE TABLE prme_bench.nodes_best_layout AS SELECT {BEST_LAYOUT_COLUMNS} FROM prme.nodes")
+    conn.execute("VACUUM (ANALYZE, FREEZE) prme_bench.nodes_best_layout")
+    _copy_function(conn, "prme.maintenance_report(text, timestamptz)", "report_best")
+    _copy_function(conn, "prme_bench.report_floor(text)", "floor_best")
+
+
 def _measure(
-    conn: psycopg.Connection[Any], meter: CpuMeter, runs: int, previous: bool, floor: bool
+    conn: psycopg.Connection[Any], meter: CpuMeter, runs: int, previous: bool, floor: bool, best_layout: bool
 ) -> dict[str, Measure]:
     single = "SET max_parallel_workers_per_gather = 0"
     statements = {
@@ -314,6 +364,9 @@ def _measure(
         statements["previous"] = (single, PREVIOUS_SQL)
     if floor:
         statements["floor"] = (single, FLOOR_SQL)
+    if best_layout:
+        statements["report_best"] = (single, BEST_REPORT_SQL)
+        statements["floor_best"] = (single, BEST_FLOOR_SQL)
     measures = {name: Measure() for name in statements}
     with progress.status("measuring"):
         for setup, query in statements.values():  # warm the cache and the plans
@@ -332,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patch", action="store_true", help="also time one maintenance_patch (stores every op)")
     parser.add_argument("--previous", action="store_true", help="also time the report as migration 0003 released it")
     parser.add_argument("--floor", action="store_true", help="also time returning the rows without computing them")
+    parser.add_argument(
+        "--best-layout",
+        action="store_true",
+        help="also time the report and the floor over the best layout of the memory's row, with JIT",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     args = parser.parse_args(argv)
     nodes = max(2, round(args.nodes * args.scale / 2) * 2)  # even: events come in pairs of memories
@@ -361,10 +419,19 @@ def main(argv: list[str] | None = None) -> int:
                     " EXCEPT ALL SELECT * FROM prme.maintenance_report('bench'))"
                 ).fetchone()
                 assert same is not None and same[0], "the report and its 0003 release disagree"
-            if args.floor:
+            if args.floor or args.best_layout:
                 conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
                 conn.execute(FLOOR_FUNCTION.encode())
-            measures = _measure(conn, meter, args.runs, args.previous, args.floor)
+            if args.best_layout:
+                _install_best_layout(conn)
+                same = conn.execute(
+                    "SELECT NOT EXISTS (SELECT * FROM prme.maintenance_report('bench')"
+                    " EXCEPT ALL SELECT * FROM prme_bench.report_best('bench'))"
+                    " AND NOT EXISTS (SELECT * FROM prme_bench.report_best('bench')"
+                    " EXCEPT ALL SELECT * FROM prme.maintenance_report('bench'))"
+                ).fetchone()
+                assert same is not None and same[0], "the report over the best layout disagrees"
+            measures = _measure(conn, meter, args.runs, args.previous, args.floor, args.best_layout)
             # Fairness: the baseline must read its pages from shared buffers, as the report
             # reads prme.nodes, not from the kernel's cache (a table over a quarter
             # of shared_buffers is scanned through a small ring of buffers).
@@ -413,6 +480,15 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "floor_ratio_wall": _times(measures["floor"].wall_median, scan.wall_median) if "floor" in measures else None,
         "floor_ratio_cpu": _times(measures["floor"].cpu_median, scan.cpu_median) if "floor" in measures else None,
+        **{
+            f"{name}_ratio_{unit}": (
+                _times(getattr(measures[name], f"{unit}_median"), getattr(scan, f"{unit}_median"))
+                if name in measures
+                else None
+            )
+            for name in ("report_best", "floor_best")
+            for unit in ("wall", "cpu")
+        },
         "target_ratio": TARGET_RATIO,
         "passed": ratio <= TARGET_RATIO,
         "scan_shared_hit_blocks": scan_buffers[0],
@@ -441,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     if "floor" in measures:
         floor = measures["floor"]
         rows.append((f"floor: first cut's rows returned, nothing computed ({floor.value:,} rows)", floor))
+    if "report_best" in measures:
+        rows.append(("maintenance_report, the row's best layout, JIT", measures["report_best"]))
+        rows.append(("floor, the row's best layout, JIT", measures["floor_best"]))
     for label, m in rows:
         table.add_row(
             label,
