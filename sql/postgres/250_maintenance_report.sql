@@ -43,8 +43,11 @@ LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
--- Above jit_above_cost at a million memories, yet compiling the expressions costs
--- more than it saves (measured: seconds).
+-- The cost estimate counts the lookups of outcomes after as_of (almost never run)
+-- for every memory, so it crosses jit_above_cost from about 5,000 memories on, where
+-- compiling (about 37 ms without LLVM's optimization, seconds with it) costs far more
+-- than it saves (8-13 % at a million; it pays for itself from about 300,000;
+-- docs/MAINTENANCE.md).
 SET jit = off
 AS $$
 #variable_conflict use_column
