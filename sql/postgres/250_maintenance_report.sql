@@ -44,10 +44,10 @@ STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 -- The cost estimate counts the lookups of outcomes after as_of (almost never run)
--- for every memory, so it crosses jit_above_cost from about 5,000 memories on, where
--- compiling (about 37 ms without LLVM's optimization, seconds with it) costs far more
--- than it saves (8-13 % at a million; it pays for itself from about 300,000;
--- docs/MAINTENANCE.md).
+-- for every memory, so it crosses jit_above_cost from about 5,000 memories on.
+-- Compiling takes about 37 ms without LLVM's optimization and saves 8-13 % at a
+-- million memories (it pays from about 300,000); with optimization and inlining,
+-- the defaults there, the report is 25 % slower (docs/MAINTENANCE.md).
 SET jit = off
 AS $$
 #variable_conflict use_column
