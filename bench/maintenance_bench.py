@@ -76,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from rich.console import Console
 from rich.table import Table
 
@@ -120,16 +121,16 @@ END;
 $$
 """
 
-# The memories' columns in the order the report reads them: fixed-width first (their
-# offsets are cached), nullable timestamps next, then the text it compares.
-BEST_LAYOUT_COLUMNS = (
-    "id, reinforcements, recorded_reinforcements, implicit_successes, neutral_exposures, explicit_corrections,"
-    " reviewed_explicit_reinforcements, reviewed_implicit_successes, reviewed_neutral_exposures,"
-    " reviewed_explicit_corrections, version, created_at, updated_at, decay_cycles, next_review_at,"
-    " last_outcome_at, last_reinforced_at, reviewed_at, decay_anchor, user_id, lifecycle_state, stability,"
-    " decay_profile, confidence_base, namespace, scope, kind, salience_base, reinforcement_boost, evidence_refs,"
-    " last_checksum, content, search"
-)
+# The columns the report reads, in the order it reads them: fixed-width first (their
+# offsets are cached), nullable timestamps next, then the text it compares. Every other
+# column of prme.nodes follows, in the table's order (_install_best_layout).
+BEST_LAYOUT_FIRST = (
+    "id", "reinforcements", "recorded_reinforcements", "implicit_successes", "neutral_exposures",
+    "explicit_corrections", "reviewed_explicit_reinforcements", "reviewed_implicit_successes",
+    "reviewed_neutral_exposures", "reviewed_explicit_corrections", "version", "created_at", "updated_at",
+    "decay_cycles", "next_review_at", "last_outcome_at", "last_reinforced_at", "reviewed_at", "decay_anchor",
+    "user_id", "lifecycle_state", "stability", "decay_profile", "confidence_base",
+)  # fmt: skip
 BEST_LAYOUT_JIT = (
     "SET jit TO 'on' SET jit_above_cost TO '0' SET jit_optimize_above_cost TO '-1' SET jit_inline_above_cost TO '-1'"
 )
@@ -325,6 +326,16 @@ def _install_previous(conn: psycopg.Connection[Any]) -> None:
     conn.execute(body.replace("maintenance_report.", "maintenance_report_0003.").encode())
 
 
+def _same_rows(conn: psycopg.Connection[Any], other: str) -> bool:
+    """Whether the report function other returns exactly prme.maintenance_report's rows."""
+    report, copy = "prme.maintenance_report('bench')", f"{other}('bench')"
+    row = conn.execute(
+        f"SELECT NOT EXISTS (SELECT * FROM {report} EXCEPT ALL SELECT * FROM {copy})"
+        f" AND NOT EXISTS (SELECT * FROM {copy} EXCEPT ALL SELECT * FROM {report})"
+    ).fetchone()
+    return row is not None and bool(row[0])
+
+
 def _copy_function(conn: psycopg.Connection[Any], source: str, name: str) -> None:
     """Create prme_bench.<name>: the function source as it is defined now, over the
     best-layout copy of the memories, with JIT on (BEST_LAYOUT_JIT)."""
@@ -343,9 +354,18 @@ def _copy_function(conn: psycopg.Connection[Any], source: str, name: str) -> Non
 
 
 def _install_best_layout(conn: psycopg.Connection[Any]) -> None:
-    """The memories copied with the report's columns first; the report and the floor over it."""
-    conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
-    conn.execute(f"CREATE TABLE prme_bench.nodes_best_layout AS SELECT {BEST_LAYOUT_COLUMNS} FROM prme.nodes")
+    """The memories copied with the report's columns first; the report and the floor over it
+    (prme_bench.report_floor must exist)."""
+    rest = [
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'prme.nodes'::regclass AND attnum > 0"
+            " AND NOT attisdropped AND attname <> ALL(%s) ORDER BY attnum",
+            (list(BEST_LAYOUT_FIRST),),
+        )
+    ]
+    columns = sql.SQL(", ").join(sql.Identifier(name) for name in (*BEST_LAYOUT_FIRST, *rest))
+    conn.execute(sql.SQL("CREATE TABLE prme_bench.nodes_best_layout AS SELECT {} FROM prme.nodes").format(columns))
     conn.execute("VACUUM (ANALYZE, FREEZE) prme_bench.nodes_best_layout")
     _copy_function(conn, "prme.maintenance_report(text, timestamptz)", "report_best")
     _copy_function(conn, "prme_bench.report_floor(text)", "floor_best")
@@ -412,25 +432,14 @@ def main(argv: list[str] | None = None) -> int:
             meter = CpuMeter(postmaster_pid, int(conn.execute("SELECT pg_backend_pid()").fetchone()[0]))  # type: ignore[index]
             if args.previous:
                 _install_previous(conn)
-                same = conn.execute(
-                    "SELECT NOT EXISTS (SELECT * FROM prme.maintenance_report('bench')"
-                    " EXCEPT ALL SELECT * FROM prme_bench.maintenance_report_0003('bench'))"
-                    " AND NOT EXISTS (SELECT * FROM prme_bench.maintenance_report_0003('bench')"
-                    " EXCEPT ALL SELECT * FROM prme.maintenance_report('bench'))"
-                ).fetchone()
-                assert same is not None and same[0], "the report and its 0003 release disagree"
+                same = _same_rows(conn, "prme_bench.maintenance_report_0003")
+                assert same, "the report and its 0003 release disagree"
             if args.floor or args.best_layout:
                 conn.execute("CREATE SCHEMA IF NOT EXISTS prme_bench")
                 conn.execute(FLOOR_FUNCTION.encode())
             if args.best_layout:
                 _install_best_layout(conn)
-                same = conn.execute(
-                    "SELECT NOT EXISTS (SELECT * FROM prme.maintenance_report('bench')"
-                    " EXCEPT ALL SELECT * FROM prme_bench.report_best('bench'))"
-                    " AND NOT EXISTS (SELECT * FROM prme_bench.report_best('bench')"
-                    " EXCEPT ALL SELECT * FROM prme.maintenance_report('bench'))"
-                ).fetchone()
-                assert same is not None and same[0], "the report over the best layout disagrees"
+                assert _same_rows(conn, "prme_bench.report_best"), "the report over the best layout disagrees"
             measures = _measure(conn, meter, args.runs, args.previous, args.floor, args.best_layout)
             # Fairness: the baseline must read its pages from shared buffers, as the report
             # reads prme.nodes, not from the kernel's cache (a table over a quarter
@@ -472,21 +481,14 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_wall": round(ratio, 2),
         "ratio_cpu": _times(report.cpu_median, scan.cpu_median),
         "ratio_wall_vs_parallel_scan": _times(report.wall_median, parallel.wall_median),
-        "previous_ratio_wall": (
-            _times(measures["previous"].wall_median, scan.wall_median) if "previous" in measures else None
-        ),
-        "previous_ratio_cpu": (
-            _times(measures["previous"].cpu_median, scan.cpu_median) if "previous" in measures else None
-        ),
-        "floor_ratio_wall": _times(measures["floor"].wall_median, scan.wall_median) if "floor" in measures else None,
-        "floor_ratio_cpu": _times(measures["floor"].cpu_median, scan.cpu_median) if "floor" in measures else None,
+        # Each optional statement against the scan; None when it was not run.
         **{
             f"{name}_ratio_{unit}": (
                 _times(getattr(measures[name], f"{unit}_median"), getattr(scan, f"{unit}_median"))
                 if name in measures
                 else None
             )
-            for name in ("report_best", "floor_best")
+            for name in ("previous", "floor", "report_best", "floor_best")
             for unit in ("wall", "cpu")
         },
         "target_ratio": TARGET_RATIO,
