@@ -54,6 +54,7 @@ from .backends import (
 from .backends.duckdb import DEFAULT_PATH, AsyncDuckDBBackend, PackClosedError
 from .backends.postgres import DEFAULT_STATEMENT_TIMEOUT, AsyncPostgresBackend, is_dsn
 from .client import (
+    ClientEmbeddings,
     Fraction,
     Target,
     add_event_request,
@@ -66,6 +67,7 @@ from .client import (
     link_correction_request,
     list_nodes_request,
     mark_reviewed_request,
+    no_embedder,
     operation_events_request,
     parse_time,
     recall_request,
@@ -75,6 +77,7 @@ from .client import (
     set_maintenance_setting_request,
     submit_operation_request,
 )
+from .embeddings import Embedder
 from .errors import PrmeError
 from .extractors import LearningRecord
 from .journal import verify_records
@@ -129,9 +132,11 @@ class AsyncMemoryClient:
         connect_kwargs: Mapping[str, Any] | None = None,
         clock: Callable[[], datetime] | None = None,
         new_id: Callable[[], UUID] | None = None,
+        embedder: Embedder | str | bool | None = None,
     ) -> None:
         check_pack_options(target, clock, new_id)
         self.target = os.fspath(target)
+        self._embeddings = ClientEmbeddings(embedder)
         self._backend: AsyncBackend
         if is_dsn(target):  # a str DSN; every PathLike is a pack
             self._backend = AsyncPostgresBackend.create(
@@ -148,10 +153,13 @@ class AsyncMemoryClient:
         self._closed = False
 
     @classmethod
-    def from_pool(cls, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> Self:
+    def from_pool(
+        cls, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]], *, embedder: Embedder | str | bool | None = None
+    ) -> Self:
         """A client over an open pool you configure and own (it is not closed with the client)."""
         client = cls.__new__(cls)
         client.target = str(pool.conninfo)
+        client._embeddings = ClientEmbeddings(embedder)
         client._backend = AsyncPostgresBackend(pool)
         client._owns_backend = False
         client._closed = False
@@ -212,10 +220,14 @@ class AsyncMemoryClient:
         decay_profile: str = "medium",
         next_review_at: datetime | ReviewSchedule | None = ReviewSchedule.BY_CADENCE,
         node_id: UUID | str | None = None,
+        embedding: Iterable[float] | None = None,
     ) -> Node:
         """Create a memory (journaled as a create record). Its first review is one cadence of its
         stability away unless ``next_review_at`` gives a time, or ``None`` (no review schedule).
-        ``node_id`` may be given (PR409 if taken)."""
+        ``node_id`` may be given (PR409 if taken). The client's embedder embeds ``content``
+        (or ``embedding``, a vector by that model, is stored as given): recall finds the memory
+        by meaning as soon as this returns."""
+        vector, model = await self._content_vector(content, embedding)
         return await self._backend.execute(
             add_node_request(
                 content,
@@ -229,8 +241,31 @@ class AsyncMemoryClient:
                 decay_profile,
                 next_review_at,
                 node_id,
+                vector,
+                model,
             )
         )
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder this client runs before it writes and recalls (None: words only); loaded on first use."""
+        return self._embeddings.embedder()
+
+    async def _registered_embedder(self) -> Embedder | None:
+        # Loading the model reads 16 MB from disk: in a thread, off the event loop.
+        embedder = await asyncio.to_thread(self._embeddings.embedder)
+        if embedder is not None and (request := self._embeddings.registration(embedder)) is not None:
+            self._embeddings.registered(embedder, await self._backend.execute(request))
+        return embedder
+
+    async def _content_vector(self, content: str, embedding: object) -> tuple[tuple[float, ...] | None, str | None]:
+        embedder = await self._registered_embedder()
+        if embedder is None:
+            if embedding is not None:
+                raise no_embedder("embedding")
+            return None, None
+        vector = await asyncio.to_thread(self._embeddings.content_vector, embedder, content, embedding)
+        return vector, None if vector is None else embedder.model_id
 
     async def add_event(
         self,
@@ -367,13 +402,22 @@ class AsyncMemoryClient:
         scopes: str | Iterable[str] | None = None,
         max_count: int = 10,
         as_of: datetime | None = None,
+        query_embedding: Iterable[float] | None = None,
     ) -> list[RecallHit]:
-        """Memories of ``user_id`` matching ``query``, best first (``prme.recall``; PostgreSQL only).
+        """Memories of ``user_id`` matching ``query`` by words and meaning, best first (``prme.recall``).
 
-        A ``None`` or blank query ranks every memory by strength alone; ``scopes``
+        The client's embedder embeds the query (or ``query_embedding``, a vector by that model, is
+        used as given). A ``None`` or blank query ranks every memory by strength alone; ``scopes``
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
         """
-        return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+        embedder = await self._registered_embedder()
+        if embedder is None:
+            if query_embedding is not None:
+                raise no_embedder("query_embedding")
+            return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+        vector = await asyncio.to_thread(self._embeddings.query_vector, embedder, query, query_embedding)
+        model = None if vector is None else embedder.model_id
+        return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of, vector, model))
 
     async def find_nodes(
         self,

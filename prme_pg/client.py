@@ -18,6 +18,7 @@ engine validates everything else, with the same rules on both backends.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -65,6 +66,7 @@ from .backends import (
     PublishSnapshot,
     Recall,
     RecordOutcome,
+    RegisterEmbeddingModel,
     Reinforce,
     ReplayNode,
     Request,
@@ -78,6 +80,7 @@ from .backends import (
 )
 from .backends.duckdb import DEFAULT_PATH, DuckDBBackend, PackClosedError
 from .backends.postgres import DEFAULT_STATEMENT_TIMEOUT, PostgresBackend, is_dsn
+from .embeddings import Embedder, check_vector, embed_texts, resolve_embedder
 from .errors import InvalidInput, PrmeError
 from .extractors import LearningRecord
 from .journal import verify_records
@@ -110,7 +113,7 @@ from .outbox import Outbox, OutboxRecord
 from .tokens import new_token, parse_token, token_sha256
 from .validation import check_json_depth, parse_operation_id, parse_uuid
 
-__all__ = ["MemoryClient", "Target"]
+__all__ = ["ClientEmbeddings", "MemoryClient", "Target"]
 
 Target = str | os.PathLike[str]
 T = TypeVar("T")
@@ -160,6 +163,8 @@ def add_node_request(
     decay_profile: str,
     next_review_at: datetime | ReviewSchedule | None,
     node_id: UUID | str | None,
+    embedding: tuple[float, ...] | None = None,
+    embedding_model: str | None = None,
 ) -> AddNode:
     return AddNode(
         user_id=user_id,
@@ -177,6 +182,8 @@ def add_node_request(
             else parse_time("next_review_at", next_review_at)
         ),
         node_id=parse_optional_uuid("node_id", node_id),
+        embedding=embedding,
+        embedding_model=embedding_model,
     )
 
 
@@ -259,7 +266,13 @@ def find_nodes_request(
 
 
 def recall_request(
-    query: str | None, user_id: str, scopes: str | Iterable[str] | None, max_count: int, as_of: datetime | None
+    query: str | None,
+    user_id: str,
+    scopes: str | Iterable[str] | None,
+    max_count: int,
+    as_of: datetime | None,
+    query_embedding: tuple[float, ...] | None = None,
+    embedding_model: str | None = None,
 ) -> Recall:
     return Recall(
         user_id=user_id,
@@ -267,7 +280,83 @@ def recall_request(
         scopes=None if scopes is None else parse_scopes("scopes", scopes),
         max_count=max_count,
         as_of=parse_time("as_of", as_of),
+        query_embedding=query_embedding,
+        embedding_model=embedding_model,
     )
+
+
+# -- embeddings: what the clients embed before they call (docs/RECALL.md) -----------------
+
+#: The engine refuses longer content and queries (PR422); the clients refuse them before
+#: running the model on them.
+MAX_TEXT_BYTES = 65536
+_log = logging.getLogger("prme_pg")
+
+
+class ClientEmbeddings:
+    """A client's embedder (loaded on first use) and the models it has registered with its engine.
+
+    Shared by :class:`MemoryClient` and :class:`~prme_pg.aio.AsyncMemoryClient`: they embed a
+    memory's content before ``add_node`` and a question before ``recall``, so a memory is
+    searchable by meaning when ``add_node`` returns, in one round trip.
+    """
+
+    def __init__(self, choice: Embedder | str | bool | None) -> None:
+        self._choice = choice
+        self._embedder: Embedder | None = None
+        self._resolved = False
+        self._registered: set[str] = set()
+        self._lock = threading.Lock()
+
+    def embedder(self) -> Embedder | None:
+        """The embedder, loaded now if it was not yet; None when embedding is off."""
+        if not self._resolved:
+            with self._lock:
+                if not self._resolved:
+                    self._embedder = resolve_embedder(self._choice)
+                    self._resolved = True
+        return self._embedder
+
+    @property
+    def loaded(self) -> bool:
+        return self._resolved and self._embedder is not None
+
+    def registration(self, embedder: Embedder) -> RegisterEmbeddingModel | None:
+        """The request registering ``embedder``'s model, the first time only."""
+        if embedder.model_id in self._registered:
+            return None
+        return RegisterEmbeddingModel(model_id=embedder.model_id, dimensions=embedder.dimensions)
+
+    def registered(self, embedder: Embedder, vector_search: bool) -> None:
+        self._registered.add(embedder.model_id)
+        if not vector_search:
+            _log.warning(
+                "this PostgreSQL server has no pgvector: vectors are kept, recall matches words only "
+                "(install postgresql-NN-pgvector, then see docs/RECALL.md)"
+            )
+
+    def content_vector(self, embedder: Embedder, content: str, embedding: object) -> tuple[float, ...] | None:
+        """``embedding`` checked against the model, else the content embedded; None for content the engine refuses."""
+        if embedding is not None:
+            return tuple(check_vector(embedding, embedder.dimensions))
+        if not isinstance(content, str) or len(content.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+            return None  # the engine refuses it with its own message
+        return tuple(embed_texts(embedder, [content])[0].tolist())
+
+    def query_vector(self, embedder: Embedder, query: str | None, embedding: object) -> tuple[float, ...] | None:
+        """The question's vector (``embedding`` checked, or the query embedded); None without a query."""
+        if embedding is not None:
+            return tuple(check_vector(embedding, embedder.dimensions, argument="query_embedding"))
+        if query is None or not isinstance(query, str) or not query.strip():
+            return None
+        size = len(query.encode("utf-8", "surrogatepass"))
+        if size > MAX_TEXT_BYTES:
+            raise InvalidInput(f"query must be at most {MAX_TEXT_BYTES} bytes (got {size} bytes)")
+        return tuple(embed_texts(embedder, [query])[0].tolist())
+
+
+def no_embedder(argument: str) -> InvalidInput:
+    return InvalidInput(f"{argument} needs an embedder (its model names the vector): this client has none")
 
 
 def assemble_prompt_request(scopes: str | Iterable[str], user_id: str, budget_bytes: int) -> AssemblePrompt:
@@ -447,9 +536,11 @@ class MemoryClient:
         connect_kwargs: Mapping[str, Any] | None = None,
         clock: Callable[[], datetime] | None = None,
         new_id: Callable[[], UUID] | None = None,
+        embedder: Embedder | str | bool | None = None,
     ) -> None:
         check_pack_options(target, clock, new_id)
         self.target = os.fspath(target)
+        self._embeddings = ClientEmbeddings(embedder)
         self._backend: SyncBackend
         if is_dsn(target):  # a str DSN; every PathLike is a pack
             self._backend = PostgresBackend.connect(
@@ -465,10 +556,13 @@ class MemoryClient:
         self._closed = False
 
     @classmethod
-    def from_pool(cls, pool: ConnectionPool[psycopg.Connection[Any]]) -> Self:
+    def from_pool(
+        cls, pool: ConnectionPool[psycopg.Connection[Any]], *, embedder: Embedder | str | bool | None = None
+    ) -> Self:
         """A client over an open pool you configure and own (it is not closed with the client)."""
         client = cls.__new__(cls)
         client.target = str(pool.conninfo)
+        client._embeddings = ClientEmbeddings(embedder)
         client._backend = _BorrowedPool(pool)
         client._closed = False
         return client
@@ -520,10 +614,14 @@ class MemoryClient:
         decay_profile: str = "medium",
         next_review_at: datetime | ReviewSchedule | None = ReviewSchedule.BY_CADENCE,
         node_id: UUID | str | None = None,
+        embedding: Iterable[float] | None = None,
     ) -> Node:
         """Create a memory (journaled as a create record). Its first review is one cadence of its
         stability away unless ``next_review_at`` gives a time, or ``None`` (no review schedule).
-        ``node_id`` may be given (PR409 if taken)."""
+        ``node_id`` may be given (PR409 if taken). The client's embedder embeds ``content``
+        (or ``embedding``, a vector by that model, is stored as given): recall finds the memory
+        by meaning as soon as this returns."""
+        vector, model = self._content_vector(content, embedding)
         return self._backend.execute(
             add_node_request(
                 content,
@@ -537,8 +635,30 @@ class MemoryClient:
                 decay_profile,
                 next_review_at,
                 node_id,
+                vector,
+                model,
             )
         )
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder this client runs before it writes and recalls (None: words only); loaded on first use."""
+        return self._embeddings.embedder()
+
+    def _registered_embedder(self) -> Embedder | None:
+        embedder = self._embeddings.embedder()
+        if embedder is not None and (request := self._embeddings.registration(embedder)) is not None:
+            self._embeddings.registered(embedder, self._backend.execute(request))
+        return embedder
+
+    def _content_vector(self, content: str, embedding: object) -> tuple[tuple[float, ...] | None, str | None]:
+        embedder = self._registered_embedder()
+        if embedder is None:
+            if embedding is not None:
+                raise no_embedder("embedding")
+            return None, None
+        vector = self._embeddings.content_vector(embedder, content, embedding)
+        return vector, None if vector is None else embedder.model_id
 
     def add_event(
         self,
@@ -672,13 +792,25 @@ class MemoryClient:
         scopes: str | Iterable[str] | None = None,
         max_count: int = 10,
         as_of: datetime | None = None,
+        query_embedding: Iterable[float] | None = None,
     ) -> list[RecallHit]:
-        """Memories of ``user_id`` matching ``query``, best first (``prme.recall``; PostgreSQL only).
+        """Memories of ``user_id`` matching ``query`` by words and meaning, best first (``prme.recall``).
 
-        A ``None`` or blank query ranks every memory by strength alone; ``scopes``
+        The client's embedder embeds the query (or ``query_embedding``, a vector by that model, is
+        used as given). A ``None`` or blank query ranks every memory by strength alone; ``scopes``
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
         """
-        return self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+        embedder = self._registered_embedder()
+        if embedder is None:
+            if query_embedding is not None:
+                raise no_embedder("query_embedding")
+            return self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+        vector = self._embeddings.query_vector(embedder, query, query_embedding)
+        return self._backend.execute(
+            recall_request(
+                query, user_id, scopes, max_count, as_of, vector, None if vector is None else embedder.model_id
+            )
+        )
 
     def find_nodes(
         self,

@@ -20,6 +20,7 @@ __all__ = [
     "CorrectionInboxEntry",
     "CorrectionLink",
     "CorrectionMatch",
+    "EmbeddingStatus",
     "Event",
     "JournalIssue",
     "JournalRecord",
@@ -32,6 +33,7 @@ __all__ = [
     "OperationEvent",
     "Outcome",
     "OutcomeSummary",
+    "PendingEmbedding",
     "PublishResult",
     "RecallHit",
     "Receipt",
@@ -413,3 +415,28 @@ class LedgerStatus:
     processing: int
     oldest_ready_at: datetime | None
     oldest_ready_age: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEmbedding:
+    """A memory that recall may return and that has no vector by the model asked about yet."""
+
+    user_id: str
+    node_id: UUID
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingStatus:
+    """``prme.embedding_status``: can the engine search by meaning, and what awaits a vector by ``model_id``.
+
+    ``pending`` counts every owner's recallable memories without a vector by the model;
+    ``failed`` the memories whose last attempt failed (``prme-pg embed --retry-failed``).
+    """
+
+    model_id: str
+    vector_search: bool
+    registered: bool
+    dimensions: int | None
+    pending: int
+    failed: int

@@ -27,6 +27,7 @@ from ..models import (
     AssembledPrompt,
     CorrectionInboxEntry,
     CorrectionLink,
+    EmbeddingStatus,
     Event,
     JournalIssue,
     JournalRecord,
@@ -39,6 +40,7 @@ from ..models import (
     OperationEvent,
     Outcome,
     OutcomeSummary,
+    PendingEmbedding,
     PublishResult,
     RecallHit,
     Receipt,
@@ -57,6 +59,7 @@ __all__ = [
     "AuthenticateApiToken",
     "CreateApiToken",
     "CreateMaintenancePatch",
+    "EmbeddingStatusRequest",
     "FindNodes",
     "GetCurrentSnapshot",
     "GetJournalRecords",
@@ -78,9 +81,11 @@ __all__ = [
     "ListNodes",
     "ListOperationEvents",
     "MarkReviewed",
+    "PendingEmbeddings",
     "PublishSnapshot",
     "Recall",
     "RecordOutcome",
+    "RegisterEmbeddingModel",
     "Reinforce",
     "ReplayNode",
     "Request",
@@ -88,6 +93,7 @@ __all__ = [
     "ResolveCorrection",
     "RevokeApiToken",
     "SetMaintenanceSetting",
+    "StoreEmbeddings",
     "SubmitOperation",
     "SyncBackend",
     "VerifyJournal",
@@ -121,6 +127,9 @@ class AddNode(Request[Node]):
     # None, no review schedule (PostgreSQL: 'infinity').
     next_review_at: datetime | ReviewSchedule | None
     node_id: UUID | None
+    # The content's vector by embedding_model (derived state beside the memory, not journaled).
+    embedding: tuple[float, ...] | None = field(default=None, hash=False, repr=False)
+    embedding_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,13 +359,50 @@ class GetReadiness(Request[tuple[bool, list[str]]]):
 
 @dataclass(frozen=True, slots=True)
 class Recall(Request[list[RecallHit]]):
-    """Full-text recall over the memories of user_id (PostgreSQL only)."""
+    """Recall over the memories of user_id: words, and meaning when a query vector is given."""
 
     user_id: str
     query: str | None
     scopes: tuple[str, ...] | None
     max_count: int
     as_of: datetime | None
+    query_embedding: tuple[float, ...] | None = field(default=None, hash=False, repr=False)
+    embedding_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterEmbeddingModel(Request[bool]):
+    """Register an embedding model (idempotent); True when the engine can search by meaning."""
+
+    model_id: str
+    dimensions: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEmbeddings(Request[list[PendingEmbedding]]):
+    """Recallable memories of every owner without a vector by model_id, in (user_id, node_id) order."""
+
+    model_id: str
+    max_count: int
+    retry_failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEmbeddings(Request[int]):
+    """Vectors (or per memory the error of a failed attempt) by model_id; returns the rows written."""
+
+    model_id: str
+    dimensions: int
+    items: tuple[tuple[str, UUID], ...]
+    vectors: tuple[tuple[float, ...] | None, ...] = field(hash=False, repr=False)
+    errors: tuple[str | None, ...] = field(hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingStatusRequest(Request[EmbeddingStatus]):
+    """Whether the engine searches by meaning, and the memories awaiting a vector by model_id."""
+
+    model_id: str
 
 
 @dataclass(frozen=True, slots=True)

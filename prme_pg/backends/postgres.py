@@ -38,6 +38,7 @@ from ..models import (
     CorrectionInboxEntry,
     CorrectionLink,
     CorrectionMatch,
+    EmbeddingStatus,
     Event,
     JournalIssue,
     LedgerStatus,
@@ -48,6 +49,7 @@ from ..models import (
     OperationEvent,
     Outcome,
     OutcomeSummary,
+    PendingEmbedding,
     PublishResult,
     RecallHit,
     Receipt,
@@ -65,6 +67,7 @@ from . import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
+    EmbeddingStatusRequest,
     FindNodes,
     GetCurrentSnapshot,
     GetJournalRecords,
@@ -86,9 +89,11 @@ from . import (
     ListNodes,
     ListOperationEvents,
     MarkReviewed,
+    PendingEmbeddings,
     PublishSnapshot,
     Recall,
     RecordOutcome,
+    RegisterEmbeddingModel,
     Reinforce,
     ReplayNode,
     Request,
@@ -96,6 +101,7 @@ from . import (
     ResolveCorrection,
     RevokeApiToken,
     SetMaintenanceSetting,
+    StoreEmbeddings,
     SubmitOperation,
     VerifyJournal,
     journal_rows,
@@ -119,17 +125,21 @@ __all__ = [
     "CREATE_API_TOKEN",
     "CURRENT_SNAPSHOT",
     "DEFAULT_STATEMENT_TIMEOUT",
+    "EMBEDDING_STATUS",
     "GET_NODE",
     "GET_SNAPSHOT",
     "JOURNAL_RECORDS",
     "LIST_NODES",
+    "PENDING_EMBEDDINGS",
     "PUBLISH_SNAPSHOT",
     "READINESS",
     "RECALL",
+    "REGISTER_EMBEDDING_MODEL",
     "REINFORCE",
     "REPLAY_NODE",
     "REVOKE_API_TOKEN",
     "SET_STATEMENT_TIMEOUT",
+    "STORE_EMBEDDINGS",
     "VERIFY_JOURNAL",
     "AsyncPostgresBackend",
     "Call",
@@ -149,7 +159,8 @@ ADD_NODE: LiteralString = (
     "SELECT * FROM prme.add_node(user_id => %(user_id)s, content => %(content)s, scope => %(scope)s, "
     "namespace => %(namespace)s, kind => %(kind)s, confidence_base => %(confidence_base)s, "
     "salience_base => %(salience_base)s, stability => %(stability)s, decay_profile => %(decay_profile)s, "
-    "next_review_at => %(next_review_at)s, node_id => %(node_id)s)"
+    "next_review_at => %(next_review_at)s, node_id => %(node_id)s, embedding => %(embedding)s::real[], "
+    "embedding_model => %(embedding_model)s::text)"
 )
 ADD_EVENT: LiteralString = (
     "SELECT * FROM prme.add_event(user_id => %(user_id)s, content => %(content)s, scope => %(scope)s, "
@@ -219,7 +230,22 @@ RECALL: LiteralString = (
     "content, lifecycle_state, decay_profile, confidence_base, salience_base, reinforcement_boost, "
     "last_reinforced_at, created_at, updated_at, version "
     "FROM prme.recall(user_id => %(user_id)s, query => %(query)s::text, scopes => %(scopes)s::text[], "
-    "max_count => %(max_count)s::integer, as_of => %(as_of)s::timestamptz)"
+    "max_count => %(max_count)s::integer, as_of => %(as_of)s::timestamptz, "
+    "query_embedding => %(query_embedding)s::real[], embedding_model => %(embedding_model)s::text)"
+)
+REGISTER_EMBEDDING_MODEL: LiteralString = (
+    "SELECT prme.register_embedding_model(model_id => %(model_id)s, dimensions => %(dimensions)s::integer)"
+)
+PENDING_EMBEDDINGS: LiteralString = (
+    "SELECT user_id, node_id, content FROM prme.pending_embeddings(model_id => %(model_id)s, "
+    "max_count => %(max_count)s::integer, retry_failed => %(retry_failed)s::boolean)"
+)
+STORE_EMBEDDINGS: LiteralString = (
+    "SELECT prme.store_embeddings(model_id => %(model_id)s, user_ids => %(user_ids)s::text[], "
+    "node_ids => %(node_ids)s::uuid[], embeddings => %(embeddings)s::real[], errors => %(errors)s::text[])"
+)
+EMBEDDING_STATUS: LiteralString = (
+    "SELECT vector_search, registered, dimensions, pending, failed FROM prme.embedding_status(model_id => %(model_id)s)"
 )
 PUBLISH_SNAPSHOT: LiteralString = (
     "SELECT generation_id, seq, previous_generation_id, item_count, byte_size, advanced "
@@ -640,6 +666,11 @@ def _all(rows: list[Any]) -> list[Any]:
     return rows
 
 
+def embedding_rows(request: StoreEmbeddings) -> list[list[float]]:
+    """prme.store_embeddings' n x dimensions array: a failed item's row is zeros (its error is stored instead)."""
+    return [list(vector) if vector is not None else [0.0] * request.dimensions for vector in request.vectors]
+
+
 def _list_or_none(values: tuple[str, ...] | None) -> list[str] | None:
     return None if values is None else list(values)
 
@@ -683,6 +714,8 @@ def statement(request: Request[T]) -> Call[T]:
                         else request.next_review_at
                     ),
                     "node_id": request.node_id,
+                    "embedding": None if request.embedding is None else list(request.embedding),
+                    "embedding_model": request.embedding_model,
                 },
                 node_row,
             )
@@ -793,9 +826,46 @@ def statement(request: Request[T]) -> Call[T]:
                     "scopes": None if request.scopes is None else list(request.scopes),
                     "max_count": request.max_count,
                     "as_of": request.as_of,
+                    "query_embedding": None if request.query_embedding is None else list(request.query_embedding),
+                    "embedding_model": request.embedding_model,
                 },
                 recall_row,
                 _all,
+            )
+        case RegisterEmbeddingModel():
+            call = Call(
+                REGISTER_EMBEDDING_MODEL,
+                {"model_id": request.model_id, "dimensions": request.dimensions},
+                tuple_row,
+                lambda rows: bool(rows[0][0]),
+            )
+        case PendingEmbeddings():
+            call = Call(
+                PENDING_EMBEDDINGS,
+                {"model_id": request.model_id, "max_count": request.max_count, "retry_failed": request.retry_failed},
+                tuple_row,
+                lambda rows: [PendingEmbedding(*row) for row in rows],
+            )
+        case StoreEmbeddings():
+            call = Call(
+                STORE_EMBEDDINGS,
+                {
+                    "model_id": request.model_id,
+                    "user_ids": [user_id for user_id, _ in request.items],
+                    "node_ids": [node_id for _, node_id in request.items],
+                    "embeddings": embedding_rows(request),
+                    "errors": list(request.errors),
+                },
+                tuple_row,
+                lambda rows: int(rows[0][0]),
+            )
+        case EmbeddingStatusRequest():
+            model_id = request.model_id
+            call = Call(
+                EMBEDDING_STATUS,
+                {"model_id": model_id},
+                tuple_row,
+                lambda rows: EmbeddingStatus(model_id, bool(rows[0][0]), bool(rows[0][1]), *rows[0][2:]),
             )
         case PublishSnapshot():
             call = Call(

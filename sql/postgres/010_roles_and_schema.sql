@@ -37,6 +37,19 @@ COMMENT ON SCHEMA prme IS 'prme-pg: a memory engine for AI agents. API functions
 REVOKE ALL ON SCHEMA prme FROM public;
 GRANT USAGE ON SCHEMA prme TO prme_app, prme_reader, prme_auditor;
 
+-- pgvector, when the server has it: recall by meaning (305_embeddings.sql). Without it
+-- (or with prme.vector_search = off in the session that migrates) everything else is
+-- the same and recall matches words only. Created by the superuser that migrates, in the
+-- session's creation schema; an existing installation is used wherever it is.
+DO $vector$
+BEGIN
+    IF coalesce(current_setting('prme.vector_search', TRUE), '') <> 'off'
+       AND EXISTS (SELECT FROM pg_catalog.pg_available_extensions WHERE name = 'vector') THEN
+        CREATE EXTENSION IF NOT EXISTS vector;
+    END IF;
+END
+$vector$;
+
 SET LOCAL ROLE prme_owner;
 
 -- Functions are executable by PUBLIC unless revoked, and that global default can

@@ -1,5 +1,10 @@
 -- =============================================================================
 -- prme-pg: add_node
+--
+-- A memory, its create record, and (when the caller embedded its content) its
+-- vector by embedding_model: derived state in prme.node_embeddings, not journaled
+-- (305_embeddings.sql). Without a vector the memory is recalled by its words at
+-- once and by meaning once the embedding worker has passed.
 -- =============================================================================
 
 CREATE FUNCTION prme.add_node(
@@ -13,7 +18,9 @@ CREATE FUNCTION prme.add_node(
     stability text DEFAULT 'low',
     decay_profile text DEFAULT 'medium',
     next_review_at timestamptz DEFAULT NULL,
-    node_id uuid DEFAULT NULL
+    node_id uuid DEFAULT NULL,
+    embedding real[] DEFAULT NULL,
+    embedding_model text DEFAULT NULL
 )
 RETURNS prme.node_view
 LANGUAGE plpgsql
@@ -25,6 +32,7 @@ DECLARE
     v_node prme.nodes;
     v_entry prme.journal;
     v_now timestamptz := now();
+    v_embedding real[] := prme._valid_embedding(add_node.embedding_model, add_node.embedding);
 BEGIN
     v_node.id := coalesce(add_node.node_id, gen_random_uuid());
     v_node.user_id := prme._valid_user_id(add_node.user_id);
@@ -82,14 +90,19 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'PR409', MESSAGE = 'a node with this node_id already exists';
     END IF;
     INSERT INTO prme.journal SELECT v_entry.*;
+    IF v_embedding IS NOT NULL THEN
+        INSERT INTO prme.node_embeddings (user_id, node_id, model_id, embedding)
+        VALUES (v_node.user_id, v_node.id, add_node.embedding_model, v_embedding);
+    END IF;
     RETURN prme._node_view(v_node, FALSE);
 END;
 $$;
 
-COMMENT ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) IS
+COMMENT ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid, real[], text) IS
 'Creates a memory for user_id and journals it as a create record. next_review_at defaults to now plus the review '
 'cadence of its stability (the owner''s setting); ''infinity'' means no review schedule (stored as NULL). node_id '
-'may be given (PR409 if taken); otherwise a random one is chosen. Invalid arguments raise PR422.';
+'may be given (PR409 if taken); otherwise a random one is chosen. embedding, a vector of the content by the '
+'registered model embedding_model, is stored beside the memory (not journaled). Invalid arguments raise PR422.';
 
-REVOKE ALL ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) FROM public;
-GRANT EXECUTE ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid) TO prme_app;
+REVOKE ALL ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid, real[], text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid, real[], text) TO prme_app;

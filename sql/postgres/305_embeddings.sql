@@ -1,0 +1,325 @@
+-- =============================================================================
+-- prme-pg: embeddings (derived state for recall by meaning)
+--
+-- A memory's embedding is computed from its immutable content by a named model,
+-- outside the database (the clients and `prme-pg embed` run the model), and stored
+-- here with that model's id. It is not part of the journaled node: no journal
+-- record names it, and reinforce, outcomes and decay never write it.
+--
+--   embedding_models   the models vectors may be stored for, with their dimensions;
+--                      rows of the reserved owner '*' (like maintenance_settings'
+--                      defaults): a model is cluster-wide, registered once.
+--   node_embeddings    one row per memory and model: the vector, or the error of a
+--                      failed attempt (the worker records it and goes on).
+--
+-- The vector column is pgvector's `vector` when the server has pgvector (010 creates
+-- the extension), else real[]: the schema applies on a server without pgvector, and
+-- recall is then lexical (prme._vector_schema() is NULL). prme.enable_vector_search()
+-- converts the column once pgvector is installed. Similarity is computed by pgvector
+-- in dynamic SQL qualified with the extension's schema, which is known only at run
+-- time (API functions pin search_path to pg_catalog).
+-- =============================================================================
+
+CREATE TABLE prme.embedding_models (
+    user_id text NOT NULL CHECK (user_id = '*'),
+    model_id text NOT NULL CHECK (
+        char_length(model_id) BETWEEN 1 AND 200 AND model_id !~ '[[:cntrl:]]'
+    ),
+    dimensions integer NOT NULL CHECK (dimensions BETWEEN 1 AND 4096),
+    created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (user_id, model_id)
+);
+
+COMMENT ON TABLE prme.embedding_models IS
+'Embedding models vectors are stored for, with their dimensions (prme.register_embedding_model). Cluster-wide: '
+'every row belongs to the reserved owner ''*''. See docs/RECALL.md.';
+
+DO $table$
+DECLARE
+    v_schema text := (
+        SELECT e.extnamespace::regnamespace::text FROM pg_catalog.pg_extension AS e WHERE e.extname = 'vector'
+    );
+BEGIN
+    EXECUTE pg_catalog.format(
+        $sql$
+        CREATE TABLE prme.node_embeddings (
+            user_id text NOT NULL,
+            node_id uuid NOT NULL,
+            model_id text NOT NULL,
+            embedding %s,
+            error text CHECK (octet_length(error) <= 2000),
+            embedded_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+            PRIMARY KEY (user_id, model_id, node_id),
+            FOREIGN KEY (user_id, node_id) REFERENCES prme.nodes (user_id, id),
+            CHECK ((embedding IS NULL) <> (error IS NULL))
+        )
+        $sql$,
+        coalesce(pg_catalog.quote_ident(v_schema) || '.vector', 'real[]')
+    );
+END
+$table$;
+
+COMMENT ON TABLE prme.node_embeddings IS
+'Derived state: a memory''s embedding by one model (pgvector''s vector, or real[] on a server without pgvector), '
+'or the error of a failed attempt. Not journaled. See docs/RECALL.md.';
+
+CREATE FUNCTION prme._vector_schema()
+RETURNS text
+LANGUAGE sql
+STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (
+    SELECT quote_ident(n.nspname)
+    FROM pg_catalog.pg_attribute AS a
+    JOIN pg_catalog.pg_type AS t ON t.oid = a.atttypid
+    JOIN pg_catalog.pg_namespace AS n ON n.oid = t.typnamespace
+    WHERE a.attrelid = 'prme.node_embeddings'::regclass AND a.attname = 'embedding' AND t.typname = 'vector'
+);
+
+COMMENT ON FUNCTION prme._vector_schema() IS
+'Internal: the quoted schema of pgvector''s types when prme.node_embeddings stores pgvector vectors, else NULL '
+'(no pgvector: recall is lexical).';
+
+CREATE FUNCTION prme._valid_embedding(model_id text, embedding real [])
+RETURNS real []
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_dimensions integer;
+BEGIN
+    IF embedding IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF model_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'an embedding needs its embedding_model';
+    END IF;
+    SELECT m.dimensions INTO v_dimensions
+    FROM prme.embedding_models AS m
+    WHERE m.user_id = '*' AND m.model_id = _valid_embedding.model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('unknown embedding model %s', quote_literal(left(model_id, 200))),
+            HINT = 'register it first with prme.register_embedding_model(model_id, dimensions)';
+    END IF;
+    IF array_ndims(embedding) <> 1 OR cardinality(embedding) <> v_dimensions THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('embedding must have %s dimensions for model %s', v_dimensions, quote_literal(model_id)),
+            DETAIL = format('got %s', coalesce(array_dims(embedding), 'none'));
+    END IF;
+    -- NaN and infinity compare equal to themselves in PostgreSQL's float order, so
+    -- test them by name; NULL components are not numbers either.
+    IF EXISTS (
+        SELECT FROM unnest(embedding) AS c (component)
+        WHERE c.component IS NULL OR c.component IN ('NaN'::real, 'Infinity'::real, '-Infinity'::real)
+    ) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422', MESSAGE = 'embedding must hold finite numbers (no NULL, NaN or infinity)';
+    END IF;
+    RETURN embedding;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._valid_embedding(text, real []) IS
+'Internal: the embedding if it fits its registered model (one dimension of the model''s size, finite components); '
+'PR422 otherwise. NULL stays NULL.';
+
+CREATE FUNCTION prme.register_embedding_model(model_id text, dimensions integer)
+RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_model prme.embedding_models;
+BEGIN
+    IF register_embedding_model.model_id IS NULL
+       OR char_length(register_embedding_model.model_id) NOT BETWEEN 1 AND 200
+       OR register_embedding_model.model_id ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422', MESSAGE = 'embedding model id must be 1 to 200 characters, no control characters';
+    END IF;
+    IF register_embedding_model.dimensions IS NULL OR register_embedding_model.dimensions NOT BETWEEN 1 AND 4096 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'embedding dimensions must be between 1 and 4096';
+    END IF;
+    INSERT INTO prme.embedding_models (user_id, model_id, dimensions)
+    VALUES ('*', register_embedding_model.model_id, register_embedding_model.dimensions)
+    ON CONFLICT DO NOTHING;
+    SELECT m.* INTO v_model
+    FROM prme.embedding_models AS m
+    WHERE m.user_id = '*' AND m.model_id = register_embedding_model.model_id;
+    IF v_model.dimensions <> register_embedding_model.dimensions THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR409',
+            MESSAGE = format(
+                'embedding model %s is registered with %s dimensions, not %s',
+                quote_literal(v_model.model_id), v_model.dimensions, register_embedding_model.dimensions
+            );
+    END IF;
+    RETURN prme._vector_schema() IS NOT NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.register_embedding_model(text, integer) IS
+'Registers an embedding model and its dimensions (idempotent); PR409 if the id is registered with other '
+'dimensions. Returns whether this server searches by meaning (pgvector): without it vectors are kept and recall '
+'matches words only.';
+
+REVOKE ALL ON FUNCTION prme.register_embedding_model(text, integer) FROM public;
+GRANT EXECUTE ON FUNCTION prme.register_embedding_model(text, integer) TO prme_app;
+
+CREATE FUNCTION prme.pending_embeddings(model_id text, max_count integer DEFAULT 500, retry_failed boolean DEFAULT FALSE)
+RETURNS TABLE (user_id text, node_id uuid, content text)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF pending_embeddings.max_count IS NULL OR pending_embeddings.max_count NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 10000';
+    END IF;
+    -- Every owner's memories that can be recalled and have no vector of this model
+    -- (or, with retry_failed, a recorded failure), in primary key order: a worker
+    -- that stops and starts again simply asks again.
+    RETURN QUERY
+    SELECT n.user_id, n.id, n.content
+    FROM prme.nodes AS n
+    WHERE n.lifecycle_state NOT IN ('archived', 'deprecated')
+      AND NOT EXISTS (
+          SELECT FROM prme.node_embeddings AS e
+          WHERE e.user_id = n.user_id AND e.model_id = pending_embeddings.model_id AND e.node_id = n.id
+            AND (e.embedding IS NOT NULL OR NOT pending_embeddings.retry_failed)
+      )
+    ORDER BY n.user_id, n.id
+    LIMIT pending_embeddings.max_count;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.pending_embeddings(text, integer, boolean) IS
+'Memories of every owner that recall may return and that have no embedding by model_id yet (with retry_failed, also '
+'those whose last attempt failed), at most max_count, in (user_id, node_id) order. For the embedding worker.';
+
+REVOKE ALL ON FUNCTION prme.pending_embeddings(text, integer, boolean) FROM public;
+GRANT EXECUTE ON FUNCTION prme.pending_embeddings(text, integer, boolean) TO prme_app;
+
+CREATE FUNCTION prme.store_embeddings(
+    model_id text,
+    user_ids text [],
+    node_ids uuid [],
+    embeddings real [],
+    errors text [] DEFAULT NULL
+)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count integer := coalesce(cardinality(store_embeddings.node_ids), 0);
+    v_dimensions integer;
+    v_stored integer;
+BEGIN
+    IF v_count > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'at most 10000 embeddings per call';
+    END IF;
+    IF coalesce(cardinality(store_embeddings.user_ids), 0) <> v_count THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'user_ids and node_ids must have the same length';
+    END IF;
+    SELECT m.dimensions INTO v_dimensions
+    FROM prme.embedding_models AS m
+    WHERE m.user_id = '*' AND m.model_id = store_embeddings.model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('unknown embedding model %s', quote_literal(left(store_embeddings.model_id, 200))),
+            HINT = 'register it first with prme.register_embedding_model(model_id, dimensions)';
+    END IF;
+    IF v_count = 0 THEN
+        RETURN 0;
+    END IF;
+    -- embeddings is n x dimensions; a row whose error is set stores the error instead.
+    IF store_embeddings.errors IS NOT NULL AND cardinality(store_embeddings.errors) <> v_count THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'errors must have one entry per node_id';
+    END IF;
+    IF array_ndims(store_embeddings.embeddings) <> 2
+       OR array_length(store_embeddings.embeddings, 1) <> v_count
+       OR array_length(store_embeddings.embeddings, 2) <> v_dimensions THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('embeddings must be %s x %s', v_count, v_dimensions),
+            DETAIL = format('got %s', coalesce(array_dims(store_embeddings.embeddings), 'none'));
+    END IF;
+    IF EXISTS (
+        SELECT FROM unnest(store_embeddings.embeddings) AS c (component)
+        WHERE c.component IS NULL OR c.component IN ('NaN'::real, 'Infinity'::real, '-Infinity'::real)
+    ) THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422', MESSAGE = 'embeddings must hold finite numbers (no NULL, NaN or infinity)';
+    END IF;
+
+    -- A vector replaces a recorded failure; an existing vector is kept (the content it
+    -- was computed from never changes). A memory that is missing, or another owner's,
+    -- is skipped: nothing to attach the vector to.
+    INSERT INTO prme.node_embeddings AS e (user_id, node_id, model_id, embedding, error)
+    SELECT i.user_id, i.node_id, store_embeddings.model_id,
+        CASE WHEN i.error IS NULL THEN ARRAY(SELECT unnest(store_embeddings.embeddings[i.ord:i.ord][:])) END,
+        left(i.error, 2000)
+    FROM unnest(store_embeddings.user_ids, store_embeddings.node_ids, store_embeddings.errors)
+        WITH ORDINALITY AS i (user_id, node_id, error, ord)
+    WHERE EXISTS (SELECT FROM prme.nodes AS n WHERE n.user_id = i.user_id AND n.id = i.node_id)
+    ON CONFLICT (user_id, model_id, node_id) DO UPDATE
+    SET embedding = excluded.embedding, error = excluded.error, embedded_at = excluded.embedded_at
+    WHERE e.embedding IS NULL;
+    GET DIAGNOSTICS v_stored = ROW_COUNT;
+    RETURN v_stored;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) IS
+'Stores a batch of embeddings by model_id (embeddings: one row of the model''s dimensions per node), or per node '
+'the error of a failed attempt (errors[i] not NULL). Keeps a vector already stored; skips missing memories. Returns '
+'the rows written. For the embedding worker.';
+
+REVOKE ALL ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) FROM public;
+GRANT EXECUTE ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) TO prme_app;
+
+CREATE FUNCTION prme.embedding_status(model_id text)
+RETURNS TABLE (vector_search boolean, registered boolean, dimensions integer, pending bigint, failed bigint)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT
+        prme._vector_schema() IS NOT NULL,
+        m.model_id IS NOT NULL,
+        m.dimensions,
+        (SELECT count(*) FROM prme.nodes AS n
+         WHERE n.lifecycle_state NOT IN ('archived', 'deprecated')
+           AND NOT EXISTS (
+               SELECT FROM prme.node_embeddings AS e
+               WHERE e.user_id = n.user_id AND e.model_id = embedding_status.model_id AND e.node_id = n.id
+           )),
+        (SELECT count(*) FROM prme.node_embeddings AS e
+         WHERE e.model_id = embedding_status.model_id AND e.error IS NOT NULL)
+    FROM (SELECT 1) AS one
+    LEFT JOIN prme.embedding_models AS m ON m.user_id = '*' AND m.model_id = embedding_status.model_id;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.embedding_status(text) IS
+'Whether this server can search by meaning (pgvector), whether model_id is registered, its dimensions, how many '
+'recallable memories of every owner await an embedding by it, and how many attempts failed.';
+
+REVOKE ALL ON FUNCTION prme.embedding_status(text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.embedding_status(text) TO prme_app;
