@@ -77,7 +77,7 @@ from .client import (
     set_maintenance_setting_request,
     submit_operation_request,
 )
-from .embeddings import Embedder
+from .embeddings import Embedder, Vector
 from .errors import PrmeError
 from .extractors import LearningRecord
 from .journal import verify_records
@@ -258,7 +258,7 @@ class AsyncMemoryClient:
             self._embeddings.registered(embedder, await self._backend.execute(request))
         return embedder
 
-    async def _content_vector(self, content: str, embedding: object) -> tuple[tuple[float, ...] | None, str | None]:
+    async def _content_vector(self, content: str, embedding: object) -> tuple[Vector | None, str | None]:
         embedder = await self._registered_embedder()
         if embedder is None:
             if embedding is not None:

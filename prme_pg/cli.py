@@ -608,6 +608,47 @@ def cmd_recall(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_embed(args: argparse.Namespace, console: Console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .embedding_worker import embed_pending
+
+    err = Console(stderr=True)
+    with _client(args) as memory:
+        embedder = memory.embedder
+        if embedder is None:
+            raise UsageError("no embedder is configured (PRME_EMBEDDER=none): nothing to embed with")
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            disable=args.json or not err.is_terminal,
+        )
+        with progress:
+            task = progress.add_task(f"embedding with {embedder.model_id}", total=None)
+            summary = embed_pending(
+                memory,
+                batch_size=args.batch,
+                retry_failed=args.retry_failed,
+                progress=lambda done, total: progress.update(task, completed=done, total=total),
+            )
+    if args.json:
+        _print_json(dataclasses.asdict(summary))
+        return EXIT_OK
+    rate = summary.embedded / summary.seconds if summary.seconds else 0.0
+    console.print(
+        f"{summary.embedded} embedded, {summary.failed} failed with {summary.model_id} "
+        f"in {summary.seconds:.1f} s ({rate:,.0f}/s); {summary.pending} await a vector"
+    )
+    if summary.failed:
+        console.print("failed memories are recorded; run again with --retry-failed to try them once more")
+    if not summary.vector_search:
+        console.print("this server has no pgvector: vectors are kept, recall matches words only (docs/RECALL.md)")
+    return EXIT_OK
+
+
 def cmd_snapshot_publish(args: argparse.Namespace, console: Console) -> int:
     with _client(args) as memory:
         result = memory.publish_snapshot(
@@ -1429,6 +1470,16 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--scope", action="append", help="only this scope (repeatable; default all)")
     recall.add_argument("--limit", type=int, default=10, help="at most this many (1..1000, default 10)")
     _flag_names(recall, max_count="--limit", scopes="--scope", query="QUERY")
+
+    embed = add("embed", "Give every memory without a vector one, by the configured embedder.", cmd_embed)
+    add_dsn(embed)
+    embed.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
+    embed.add_argument(
+        "--batch", type=_between(1, 10000), default=500, help="memories per batch (1..10000, default 500)"
+    )
+    embed.add_argument(
+        "--retry-failed", action="store_true", help="try again the memories whose last attempt failed (default: no)"
+    )
 
     snapshot = add("snapshot", "Publish or show a scope's snapshot generation.", lambda a, c: _usage(snapshot))
     snapshot_sub = snapshot.add_subparsers(dest="snapshot_command", metavar="ACTION")

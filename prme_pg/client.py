@@ -80,7 +80,7 @@ from .backends import (
 )
 from .backends.duckdb import DEFAULT_PATH, DuckDBBackend, PackClosedError
 from .backends.postgres import DEFAULT_STATEMENT_TIMEOUT, PostgresBackend, is_dsn
-from .embeddings import Embedder, check_vector, embed_texts, resolve_embedder
+from .embeddings import Embedder, Vector, check_vector, embed_texts, resolve_embedder
 from .errors import InvalidInput, PrmeError
 from .extractors import LearningRecord
 from .journal import verify_records
@@ -163,7 +163,7 @@ def add_node_request(
     decay_profile: str,
     next_review_at: datetime | ReviewSchedule | None,
     node_id: UUID | str | None,
-    embedding: tuple[float, ...] | None = None,
+    embedding: Vector | None = None,
     embedding_model: str | None = None,
 ) -> AddNode:
     return AddNode(
@@ -271,7 +271,7 @@ def recall_request(
     scopes: str | Iterable[str] | None,
     max_count: int,
     as_of: datetime | None,
-    query_embedding: tuple[float, ...] | None = None,
+    query_embedding: Vector | None = None,
     embedding_model: str | None = None,
 ) -> Recall:
     return Recall(
@@ -335,24 +335,26 @@ class ClientEmbeddings:
                 "(install postgresql-NN-pgvector, then see docs/RECALL.md)"
             )
 
-    def content_vector(self, embedder: Embedder, content: str, embedding: object) -> tuple[float, ...] | None:
+    def content_vector(self, embedder: Embedder, content: str, embedding: object) -> Vector | None:
         """``embedding`` checked against the model, else the content embedded; None for content the engine refuses."""
         if embedding is not None:
-            return tuple(check_vector(embedding, embedder.dimensions))
+            return check_vector(embedding, embedder.dimensions)
         if not isinstance(content, str) or len(content.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
             return None  # the engine refuses it with its own message
-        return tuple(embed_texts(embedder, [content])[0].tolist())
+        vectors: Vector = embed_texts(embedder, [content])
+        return cast(Vector, vectors[0])
 
-    def query_vector(self, embedder: Embedder, query: str | None, embedding: object) -> tuple[float, ...] | None:
+    def query_vector(self, embedder: Embedder, query: str | None, embedding: object) -> Vector | None:
         """The question's vector (``embedding`` checked, or the query embedded); None without a query."""
         if embedding is not None:
-            return tuple(check_vector(embedding, embedder.dimensions, argument="query_embedding"))
+            return check_vector(embedding, embedder.dimensions, argument="query_embedding")
         if query is None or not isinstance(query, str) or not query.strip():
             return None
         size = len(query.encode("utf-8", "surrogatepass"))
         if size > MAX_TEXT_BYTES:
             raise InvalidInput(f"query must be at most {MAX_TEXT_BYTES} bytes (got {size} bytes)")
-        return tuple(embed_texts(embedder, [query])[0].tolist())
+        vectors: Vector = embed_texts(embedder, [query])
+        return cast(Vector, vectors[0])
 
 
 def no_embedder(argument: str) -> InvalidInput:
@@ -651,7 +653,7 @@ class MemoryClient:
             self._embeddings.registered(embedder, self._backend.execute(request))
         return embedder
 
-    def _content_vector(self, content: str, embedding: object) -> tuple[tuple[float, ...] | None, str | None]:
+    def _content_vector(self, content: str, embedding: object) -> tuple[Vector | None, str | None]:
         embedder = self._registered_embedder()
         if embedder is None:
             if embedding is not None:

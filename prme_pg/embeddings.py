@@ -42,6 +42,8 @@ __all__ = [
     "Embedder",
     "EmbedderUnavailable",
     "EmbeddingError",
+    "Vector",
+    "Vectors",
     "WordLlamaEmbedder",
     "check_model",
     "check_vector",
@@ -59,6 +61,8 @@ DEFAULT_EMBEDDER = "wordllama"
 MAX_DIMENSIONS = 4096
 MAX_MODEL_ID_LENGTH = 200
 
+#: A vector, and vectors one per row: float32, as every backend stores them.
+Vector = NDArray[np.float32]
 Vectors = NDArray[np.float32]
 
 
@@ -247,8 +251,8 @@ def check_model(model_id: object, dimensions: object) -> None:
         raise InvalidInput(f"embedding dimensions must be between 1 and {MAX_DIMENSIONS}, got {dimensions!r}")
 
 
-def check_vector(vector: object, dimensions: int, *, argument: str = "embedding") -> list[float]:
-    """``vector`` as a list of finite floats of ``dimensions`` components, else InvalidInput."""
+def check_vector(vector: object, dimensions: int, *, argument: str = "embedding") -> Vector:
+    """``vector`` as float32 of ``dimensions`` finite components, else InvalidInput."""
     if isinstance(vector, str | bytes) or not isinstance(vector, Sequence | np.ndarray):
         raise InvalidInput(f"{argument} must be a sequence of numbers")
     if len(vector) != dimensions:
@@ -261,7 +265,10 @@ def check_vector(vector: object, dimensions: int, *, argument: str = "embedding"
         if not math.isfinite(value):
             raise InvalidInput(f"{argument} must hold finite numbers (no NaN or infinity)")
         values.append(value)
-    return values
+    array = np.asarray(values, dtype=np.float32)
+    if not np.isfinite(array).all():
+        raise InvalidInput(f"{argument} must hold numbers that fit in 32 bits (no overflow to infinity)")
+    return array
 
 
 def check_vectors(embedder: Embedder, texts: Sequence[str], vectors: object) -> Vectors:

@@ -13,7 +13,7 @@ PL/Proxy, which runs it on the shard that holds the owner (docs/SCALING.md):
 * ``prme.readiness()`` and ``prme.ledger_status()`` answer one row per shard, and a
   shard that does not answer gives a row saying it cannot take writes instead of
   failing the whole call;
-* ``prme.run_operations`` runs on every shard (``RUN ON ALL``);
+* ``prme.run_operations`` and the embedding worker's calls run on every shard (``RUN ON ALL``);
 * every other function (pure ones such as ``prme.payload_hash``) runs on any shard.
 
 The composite types these functions return are created in the proxy with the
@@ -49,7 +49,11 @@ CLUSTER = "prme_cluster"
 #: Functions that answer per shard on the proxy (a shard that is down is a row, not an error).
 PER_SHARD = frozenset({"readiness", "ledger_status"})
 #: Functions that run on every shard.
-ON_ALL = frozenset({"run_operations"})
+# Every shard: the executor, and the embedding worker's calls (a model is registered on
+# every shard; each shard lists and stores the vectors of its own owners' memories).
+ON_ALL = frozenset(
+    {"run_operations", "register_embedding_model", "pending_embeddings", "store_embeddings", "embedding_status"}
+)
 
 
 def owner_hash(user_id: str | None) -> int:

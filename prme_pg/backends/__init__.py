@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
+from ..embeddings import Vector, Vectors
 from ..models import (
     AppliedOp,
     AssembledPrompt,
@@ -128,7 +129,7 @@ class AddNode(Request[Node]):
     next_review_at: datetime | ReviewSchedule | None
     node_id: UUID | None
     # The content's vector by embedding_model (derived state beside the memory, not journaled).
-    embedding: tuple[float, ...] | None = field(default=None, hash=False, repr=False)
+    embedding: Vector | None = field(default=None, hash=False, repr=False, compare=False)
     embedding_model: str | None = None
 
 
@@ -366,7 +367,7 @@ class Recall(Request[list[RecallHit]]):
     scopes: tuple[str, ...] | None
     max_count: int
     as_of: datetime | None
-    query_embedding: tuple[float, ...] | None = field(default=None, hash=False, repr=False)
+    query_embedding: Vector | None = field(default=None, hash=False, repr=False, compare=False)
     embedding_model: str | None = None
 
 
@@ -385,6 +386,7 @@ class PendingEmbeddings(Request[list[PendingEmbedding]]):
     model_id: str
     max_count: int
     retry_failed: bool = False
+    after: tuple[str, UUID] | None = None  # (user_id, node_id): the page after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +396,8 @@ class StoreEmbeddings(Request[int]):
     model_id: str
     dimensions: int
     items: tuple[tuple[str, UUID], ...]
-    vectors: tuple[tuple[float, ...] | None, ...] = field(hash=False, repr=False)
+    # One row per item, the model's dimensions each; a failed item's row is ignored.
+    vectors: Vectors = field(hash=False, repr=False, compare=False)
     errors: tuple[str | None, ...] = field(hash=False)
 
 

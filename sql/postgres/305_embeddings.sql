@@ -128,7 +128,7 @@ COMMENT ON FUNCTION prme._valid_embedding(text, real []) IS
 'PR422 otherwise. NULL stays NULL.';
 
 CREATE FUNCTION prme.register_embedding_model(model_id text, dimensions integer)
-RETURNS boolean
+RETURNS TABLE (vector_search boolean)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -160,24 +160,36 @@ BEGIN
                 quote_literal(v_model.model_id), v_model.dimensions, register_embedding_model.dimensions
             );
     END IF;
-    RETURN prme._vector_schema() IS NOT NULL;
+    RETURN QUERY SELECT prme._vector_schema() IS NOT NULL;
 END;
 $$;
 
 COMMENT ON FUNCTION prme.register_embedding_model(text, integer) IS
 'Registers an embedding model and its dimensions (idempotent); PR409 if the id is registered with other '
 'dimensions. Returns whether this server searches by meaning (pgvector): without it vectors are kept and recall '
-'matches words only.';
+'matches words only. A set (one row) so that the PL/Proxy tier registers on every shard.';
 
 REVOKE ALL ON FUNCTION prme.register_embedding_model(text, integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.register_embedding_model(text, integer) TO prme_app;
 
-CREATE FUNCTION prme.pending_embeddings(model_id text, max_count integer DEFAULT 500, retry_failed boolean DEFAULT FALSE)
+CREATE FUNCTION prme.pending_embeddings(
+    model_id text,
+    max_count integer DEFAULT 500,
+    retry_failed boolean DEFAULT FALSE,
+    after_user_id text DEFAULT NULL,
+    after_node_id uuid DEFAULT NULL
+)
 RETURNS TABLE (user_id text, node_id uuid, content text)
 LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- A page is the next max_count memories in the primary key with an index probe each into
+-- node_embeddings: planned from statistics taken before the worker stored thousands of
+-- vectors, a hash or sequential plan would read every vector again on every page.
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -185,12 +197,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 10000';
     END IF;
     -- Every owner's memories that can be recalled and have no vector of this model
-    -- (or, with retry_failed, a recorded failure), in primary key order: a worker
-    -- that stops and starts again simply asks again.
+    -- (or, with retry_failed, a recorded failure), in primary key order after the
+    -- given one: a pass pages through once; a worker that stops and starts again
+    -- simply asks again.
     RETURN QUERY
     SELECT n.user_id, n.id, n.content
     FROM prme.nodes AS n
-    WHERE n.lifecycle_state NOT IN ('archived', 'deprecated')
+    WHERE (pending_embeddings.after_user_id IS NULL
+           OR (n.user_id, n.id) > (pending_embeddings.after_user_id, pending_embeddings.after_node_id))
+      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
       AND NOT EXISTS (
           SELECT FROM prme.node_embeddings AS e
           WHERE e.user_id = n.user_id AND e.model_id = pending_embeddings.model_id AND e.node_id = n.id
@@ -201,12 +216,13 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme.pending_embeddings(text, integer, boolean) IS
+COMMENT ON FUNCTION prme.pending_embeddings(text, integer, boolean, text, uuid) IS
 'Memories of every owner that recall may return and that have no embedding by model_id yet (with retry_failed, also '
-'those whose last attempt failed), at most max_count, in (user_id, node_id) order. For the embedding worker.';
+'those whose last attempt failed), at most max_count, in (user_id, node_id) order after (after_user_id, '
+'after_node_id) when given. For the embedding worker.';
 
-REVOKE ALL ON FUNCTION prme.pending_embeddings(text, integer, boolean) FROM public;
-GRANT EXECUTE ON FUNCTION prme.pending_embeddings(text, integer, boolean) TO prme_app;
+REVOKE ALL ON FUNCTION prme.pending_embeddings(text, integer, boolean, text, uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.pending_embeddings(text, integer, boolean, text, uuid) TO prme_app;
 
 CREATE FUNCTION prme.store_embeddings(
     model_id text,
@@ -215,7 +231,7 @@ CREATE FUNCTION prme.store_embeddings(
     embeddings real [],
     errors text [] DEFAULT NULL
 )
-RETURNS integer
+RETURNS TABLE (stored integer)
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -242,19 +258,20 @@ BEGIN
             HINT = 'register it first with prme.register_embedding_model(model_id, dimensions)';
     END IF;
     IF v_count = 0 THEN
-        RETURN 0;
+        RETURN QUERY SELECT 0;
+        RETURN;
     END IF;
-    -- embeddings is n x dimensions; a row whose error is set stores the error instead.
     IF store_embeddings.errors IS NOT NULL AND cardinality(store_embeddings.errors) <> v_count THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'errors must have one entry per node_id';
     END IF;
-    IF array_ndims(store_embeddings.embeddings) <> 2
-       OR array_length(store_embeddings.embeddings, 1) <> v_count
-       OR array_length(store_embeddings.embeddings, 2) <> v_dimensions THEN
+    -- embeddings holds the vectors one after another, the model's dimensions each (a
+    -- flat array: a row is a slice of it, read without copying the rest).
+    IF array_ndims(store_embeddings.embeddings) <> 1
+       OR cardinality(store_embeddings.embeddings) <> v_count * v_dimensions THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422',
-            MESSAGE = format('embeddings must be %s x %s', v_count, v_dimensions),
-            DETAIL = format('got %s', coalesce(array_dims(store_embeddings.embeddings), 'none'));
+            MESSAGE = format('embeddings must hold %s vectors of %s numbers, one after another', v_count, v_dimensions),
+            DETAIL = format('got %s numbers', coalesce(cardinality(store_embeddings.embeddings), 0));
     END IF;
     IF EXISTS (
         SELECT FROM unnest(store_embeddings.embeddings) AS c (component)
@@ -269,7 +286,9 @@ BEGIN
     -- is skipped: nothing to attach the vector to.
     INSERT INTO prme.node_embeddings AS e (user_id, node_id, model_id, embedding, error)
     SELECT i.user_id, i.node_id, store_embeddings.model_id,
-        CASE WHEN i.error IS NULL THEN ARRAY(SELECT unnest(store_embeddings.embeddings[i.ord:i.ord][:])) END,
+        CASE WHEN i.error IS NULL
+            THEN store_embeddings.embeddings[(i.ord - 1) * v_dimensions + 1:i.ord * v_dimensions]
+        END,
         left(i.error, 2000)
     FROM unnest(store_embeddings.user_ids, store_embeddings.node_ids, store_embeddings.errors)
         WITH ORDINALITY AS i (user_id, node_id, error, ord)
@@ -278,14 +297,15 @@ BEGIN
     SET embedding = excluded.embedding, error = excluded.error, embedded_at = excluded.embedded_at
     WHERE e.embedding IS NULL;
     GET DIAGNOSTICS v_stored = ROW_COUNT;
-    RETURN v_stored;
+    RETURN QUERY SELECT v_stored;
 END;
 $$;
 
 COMMENT ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) IS
-'Stores a batch of embeddings by model_id (embeddings: one row of the model''s dimensions per node), or per node '
-'the error of a failed attempt (errors[i] not NULL). Keeps a vector already stored; skips missing memories. Returns '
-'the rows written. For the embedding worker.';
+'Stores a batch of embeddings by model_id (embeddings: the vectors one after another, the model''s dimensions each), '
+'or per node the error of a failed attempt (errors[i] not NULL; its vector is then ignored). Keeps a vector already '
+'stored; skips missing memories. Returns the rows written (a set of one row: the PL/Proxy tier sends a batch to '
+'every shard, each stores its own owners'' memories). For the embedding worker.';
 
 REVOKE ALL ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) FROM public;
 GRANT EXECUTE ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) TO prme_app;

@@ -262,17 +262,17 @@ COMMENT ON FUNCTION prme.add_event(text,text,text,text,text,jsonb,timestamp with
 REVOKE ALL ON FUNCTION prme.add_event(text,text,text,text,text,jsonb,timestamp with time zone,uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.add_event(text,text,text,text,text,jsonb,timestamp with time zone,uuid) TO prme_app;
 
-CREATE FUNCTION prme.add_node(user_id text, content text, scope text DEFAULT 'personal'::text, namespace text DEFAULT 'default'::text, kind text DEFAULT 'fact'::text, confidence_base numeric DEFAULT 0.5, salience_base numeric DEFAULT 0.5, stability text DEFAULT 'low'::text, decay_profile text DEFAULT 'medium'::text, next_review_at timestamp with time zone DEFAULT NULL::timestamp with time zone, node_id uuid DEFAULT NULL::uuid)
+CREATE FUNCTION prme.add_node(user_id text, content text, scope text DEFAULT 'personal'::text, namespace text DEFAULT 'default'::text, kind text DEFAULT 'fact'::text, confidence_base numeric DEFAULT 0.5, salience_base numeric DEFAULT 0.5, stability text DEFAULT 'low'::text, decay_profile text DEFAULT 'medium'::text, next_review_at timestamp with time zone DEFAULT NULL::timestamp with time zone, node_id uuid DEFAULT NULL::uuid, embedding real[] DEFAULT NULL::real[], embedding_model text DEFAULT NULL::text)
 RETURNS prme.node_view
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
-COMMENT ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid) IS
-'Creates a memory for user_id and journals it as a create record. next_review_at defaults to now plus the review cadence of its stability (the owner''s setting); ''infinity'' means no review schedule (stored as NULL). node_id may be given (PR409 if taken); otherwise a random one is chosen. Invalid arguments raise PR422.';
-REVOKE ALL ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid) FROM public;
-GRANT EXECUTE ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid) TO prme_app;
+COMMENT ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text) IS
+'Creates a memory for user_id and journals it as a create record. next_review_at defaults to now plus the review cadence of its stability (the owner''s setting); ''infinity'' means no review schedule (stored as NULL). node_id may be given (PR409 if taken); otherwise a random one is chosen. embedding, a vector of the content by the registered model embedding_model, is stored beside the memory (not journaled). Invalid arguments raise PR422.';
+REVOKE ALL ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text) TO prme_app;
 
 CREATE FUNCTION prme.apply_patch(user_id text, patch_id uuid, op_ids text[] DEFAULT NULL::text[], mode text DEFAULT 'manual'::text)
 RETURNS TABLE(op_id text, op text, node_id uuid, status text, detail text, node_version bigint)
@@ -381,6 +381,18 @@ COMMENT ON FUNCTION prme.effective_nodes(text,timestamp with time zone,uuid,inte
 'Pages through the memories of user_id (every lifecycle state) in id order with their effective salience and confidence at as_of (default now; NULL means now): virtual decay from last_reinforced_at, or created_at when never confirmed. Nothing is written. Pass the last id as after_node_id; max_count is 1..10000.';
 REVOKE ALL ON FUNCTION prme.effective_nodes(text,timestamp with time zone,uuid,integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.effective_nodes(text,timestamp with time zone,uuid,integer) TO prme_app;
+
+CREATE FUNCTION prme.embedding_status(model_id text)
+RETURNS TABLE(vector_search boolean, registered boolean, dimensions integer, pending bigint, failed bigint)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION prme.embedding_status(text) IS
+'Whether this server can search by meaning (pgvector), whether model_id is registered, its dimensions, how many recallable memories of every owner await an embedding by it, and how many attempts failed.';
+REVOKE ALL ON FUNCTION prme.embedding_status(text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.embedding_status(text) TO prme_app;
 
 CREATE FUNCTION prme.find_nodes(user_id text, query text DEFAULT NULL::text, scopes text[] DEFAULT NULL::text[], stabilities text[] DEFAULT NULL::text[], lifecycle_states text[] DEFAULT NULL::text[], max_count integer DEFAULT 50)
 RETURNS SETOF prme.node_view
@@ -682,6 +694,18 @@ COMMENT ON FUNCTION prme.payload_hash(jsonb) IS
 REVOKE ALL ON FUNCTION prme.payload_hash(jsonb) FROM public;
 GRANT EXECUTE ON FUNCTION prme.payload_hash(jsonb) TO prme_app;
 
+CREATE FUNCTION prme.pending_embeddings(model_id text, max_count integer DEFAULT 500, retry_failed boolean DEFAULT false, after_user_id text DEFAULT NULL::text, after_node_id uuid DEFAULT NULL::uuid)
+RETURNS TABLE(user_id text, node_id uuid, content text)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION prme.pending_embeddings(text,integer,boolean,text,uuid) IS
+'Memories of every owner that recall may return and that have no embedding by model_id yet (with retry_failed, also those whose last attempt failed), at most max_count, in (user_id, node_id) order after (after_user_id, after_node_id) when given. For the embedding worker.';
+REVOKE ALL ON FUNCTION prme.pending_embeddings(text,integer,boolean,text,uuid) FROM public;
+GRANT EXECUTE ON FUNCTION prme.pending_embeddings(text,integer,boolean,text,uuid) TO prme_app;
+
 CREATE FUNCTION prme.publish_snapshot(user_id text, scope text, max_items integer DEFAULT 100, max_bytes integer DEFAULT 65536, expected_generation_id text DEFAULT NULL::text)
 RETURNS TABLE(generation_id text, seq bigint, previous_generation_id text, item_count integer, byte_size integer, advanced boolean)
 LANGUAGE plproxy
@@ -730,17 +754,17 @@ COMMENT ON FUNCTION prme.readiness() IS
 REVOKE ALL ON FUNCTION prme.readiness() FROM public;
 GRANT EXECUTE ON FUNCTION prme.readiness() TO prme_app;
 
-CREATE FUNCTION prme.recall(user_id text, query text DEFAULT NULL::text, scopes text[] DEFAULT NULL::text[], max_count integer DEFAULT 10, as_of timestamp with time zone DEFAULT now())
+CREATE FUNCTION prme.recall(user_id text, query text DEFAULT NULL::text, scopes text[] DEFAULT NULL::text[], max_count integer DEFAULT 10, as_of timestamp with time zone DEFAULT now(), query_embedding real[] DEFAULT NULL::real[], embedding_model text DEFAULT NULL::text)
 RETURNS TABLE(rank integer, score double precision, relevance double precision, effective_salience double precision, effective_confidence double precision, id uuid, namespace text, scope text, kind text, content text, lifecycle_state text, decay_profile text, confidence_base numeric, salience_base numeric, reinforcement_boost numeric, last_reinforced_at timestamp with time zone, created_at timestamp with time zone, updated_at timestamp with time zone, version bigint)
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
-COMMENT ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone) IS
-'Full-text recall over the memories of user_id, best first: relevance (share of the query''s lexemes the memory has) times 0.5 + 0.25 * effective_salience + 0.25 * effective_confidence at as_of (default now; NULL means now), ties by id. A NULL or blank query ranks every memory by strength alone. scopes (NULL = all) filters; max_count is 1..1000; the query is at most 64 KiB with at most 1024 distinct lexemes. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
-REVOKE ALL ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone) FROM public;
-GRANT EXECUTE ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone) TO prme_app;
+COMMENT ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone,real[],text) IS
+'Recall over the memories of user_id, best first: relevance (the idf-weighted share of the query''s words the memory has, fused 0.6/0.4 with the cosine similarity of query_embedding when it is given, of model embedding_model, and the server has pgvector) times 0.5 + 0.25 * effective_salience + 0.25 * effective_confidence at as_of (default now; NULL means now), ties by id. A NULL or blank query ranks every memory by strength alone. scopes (NULL = all) filters; max_count is 1..1000; the query is at most 64 KiB with at most 1024 distinct words. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
+REVOKE ALL ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone,real[],text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone,real[],text) TO prme_app;
 
 CREATE FUNCTION prme.record_outcome(user_id text, node_id uuid, outcome text, evidence_id uuid DEFAULT NULL::uuid, profile_id text DEFAULT NULL::text, thread_id text DEFAULT NULL::text, notes text DEFAULT NULL::text, request_id uuid DEFAULT NULL::uuid)
 RETURNS prme.outcome_view
@@ -753,6 +777,18 @@ COMMENT ON FUNCTION prme.record_outcome(text,uuid,text,uuid,text,text,text,uuid)
 'Appends an outcome event (explicit_reinforcement, implicit_success, neutral_exposure or explicit_correction) to a memory of user_id; the memory itself is not changed. With request_id, a retry with the same arguments returns the stored outcome with replayed = true and writes nothing; reuse with anything else raises PR409. PR404 for a missing, foreign or archived node, or evidence of another owner or scope; PR422 for invalid arguments.';
 REVOKE ALL ON FUNCTION prme.record_outcome(text,uuid,text,uuid,text,text,text,uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.record_outcome(text,uuid,text,uuid,text,text,text,uuid) TO prme_app;
+
+CREATE FUNCTION prme.register_embedding_model(model_id text, dimensions integer)
+RETURNS TABLE(vector_search boolean)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION prme.register_embedding_model(text,integer) IS
+'Registers an embedding model and its dimensions (idempotent); PR409 if the id is registered with other dimensions. Returns whether this server searches by meaning (pgvector): without it vectors are kept and recall matches words only. A set (one row) so that the PL/Proxy tier registers on every shard.';
+REVOKE ALL ON FUNCTION prme.register_embedding_model(text,integer) FROM public;
+GRANT EXECUTE ON FUNCTION prme.register_embedding_model(text,integer) TO prme_app;
 
 CREATE FUNCTION prme.reinforce(node_id uuid, user_id text, evidence_id uuid DEFAULT NULL::uuid, request_id uuid DEFAULT NULL::uuid)
 RETURNS prme.node_view
@@ -837,6 +873,18 @@ COMMENT ON FUNCTION prme.set_maintenance_setting(text,text,interval,numeric) IS
 'Sets user_id''s own review cadence and decay per overdue cycle for one stability (overriding the default) and returns the effective settings. Cadence: 1 hour to 3650 days, no months; decay: [0, 1], 4 decimals. PR422 otherwise, and for user_id ''*'' (the defaults).';
 REVOKE ALL ON FUNCTION prme.set_maintenance_setting(text,text,interval,numeric) FROM public;
 GRANT EXECUTE ON FUNCTION prme.set_maintenance_setting(text,text,interval,numeric) TO prme_app;
+
+CREATE FUNCTION prme.store_embeddings(model_id text, user_ids text[], node_ids uuid[], embeddings real[], errors text[] DEFAULT NULL::text[])
+RETURNS TABLE(stored integer)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION prme.store_embeddings(text,text[],uuid[],real[],text[]) IS
+'Stores a batch of embeddings by model_id (embeddings: the vectors one after another, the model''s dimensions each), or per node the error of a failed attempt (errors[i] not NULL; its vector is then ignored). Keeps a vector already stored; skips missing memories. Returns the rows written (a set of one row: the PL/Proxy tier sends a batch to every shard, each stores its own owners'' memories). For the embedding worker.';
+REVOKE ALL ON FUNCTION prme.store_embeddings(text,text[],uuid[],real[],text[]) FROM public;
+GRANT EXECUTE ON FUNCTION prme.store_embeddings(text,text[],uuid[],real[],text[]) TO prme_app;
 
 CREATE FUNCTION prme.submit_operation(user_id text, operation_id text, schema_version integer, kind text, dependencies text[], payload_hash text, payload jsonb)
 RETURNS prme.operation_receipt

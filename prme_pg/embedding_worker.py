@@ -1,0 +1,128 @@
+"""The embedding worker: vectors for the memories that have none by the configured model.
+
+A memory written without a vector (from psql, by the operations ledger's executor, before
+a model change) is recalled by its words at once and by meaning once this has passed. One
+pass pages through every owner's recallable memories lacking a vector by the client's
+embedder, in batches: embed the batch, store it, go on. It is restartable by construction
+(it asks the engine what is still missing) and writes nothing else: a vector is derived
+state, never journaled (docs/RECALL.md). A text the model fails on is recorded as a failure
+for that memory and the pass goes on; ``retry_failed`` tries those again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from uuid import UUID
+
+import numpy as np
+
+from .backends import EmbeddingStatusRequest, PendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
+from .client import MemoryClient
+from .embeddings import Embedder, EmbeddingError, Vectors, embed_texts
+from .errors import InvalidInput
+from .models import EmbeddingStatus, PendingEmbedding
+
+__all__ = ["DEFAULT_BATCH", "EmbedSummary", "embed_pending", "embedding_status"]
+
+DEFAULT_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedSummary:
+    """What one pass did: vectors stored, failures recorded, what still awaits a vector."""
+
+    model_id: str
+    embedded: int
+    failed: int
+    batches: int
+    seconds: float
+    pending: int
+    vector_search: bool
+
+
+def _embedder(client: MemoryClient) -> Embedder:
+    embedder = client.embedder
+    if embedder is None:
+        raise InvalidInput("no embedder is configured (PRME_EMBEDDER=none): nothing to embed with")
+    return embedder
+
+
+def embedding_status(client: MemoryClient) -> EmbeddingStatus:
+    """The engine's answer for the client's embedder: vector search, registration, pending and failed counts."""
+    embedder = _embedder(client)
+    return client.backend.execute(EmbeddingStatusRequest(model_id=embedder.model_id))
+
+
+def _vectors(embedder: Embedder, batch: list[PendingEmbedding]) -> tuple[Vectors, list[str | None]]:
+    """The batch's vectors; when the model fails on the batch, each text alone, so that one bad text fails alone."""
+    texts = [item.content for item in batch]
+    try:
+        return embed_texts(embedder, texts), [None] * len(batch)
+    except EmbeddingError:
+        pass
+    vectors = np.zeros((len(batch), embedder.dimensions), dtype=np.float32)
+    errors: list[str | None] = []
+    for row, text in enumerate(texts):
+        try:
+            vectors[row] = embed_texts(embedder, [text])[0]
+            errors.append(None)
+        except EmbeddingError as exc:
+            errors.append(str(exc))
+    return vectors, errors
+
+
+def embed_pending(
+    client: MemoryClient,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    retry_failed: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    stop: threading.Event | None = None,
+) -> EmbedSummary:
+    """One pass over every memory awaiting a vector by the client's embedder; ``progress(done, total)`` per batch."""
+    if not 1 <= batch_size <= 10000:
+        raise InvalidInput(f"batch_size must be between 1 and 10000, got {batch_size}")
+    embedder = _embedder(client)
+    started = time.perf_counter()
+    backend = client.backend
+    backend.execute(RegisterEmbeddingModel(model_id=embedder.model_id, dimensions=embedder.dimensions))
+    status = embedding_status(client)
+    total = status.pending + (status.failed if retry_failed else 0)
+    embedded = failed = batches = 0
+    after: tuple[str, UUID] | None = None
+    while stop is None or not stop.is_set():
+        batch = backend.execute(
+            PendingEmbeddings(model_id=embedder.model_id, max_count=batch_size, retry_failed=retry_failed, after=after)
+        )
+        if not batch:
+            break
+        vectors, errors = _vectors(embedder, batch)
+        backend.execute(
+            StoreEmbeddings(
+                model_id=embedder.model_id,
+                dimensions=embedder.dimensions,
+                items=tuple((item.user_id, item.node_id) for item in batch),
+                vectors=vectors,
+                errors=tuple(errors),
+            )
+        )
+        failures = sum(error is not None for error in errors)
+        embedded += len(batch) - failures
+        failed += failures
+        batches += 1
+        after = (batch[-1].user_id, batch[-1].node_id)
+        if progress is not None:
+            progress(embedded + failed, max(total, embedded + failed))
+    remaining = embedding_status(client)
+    return EmbedSummary(
+        model_id=embedder.model_id,
+        embedded=embedded,
+        failed=failed,
+        batches=batches,
+        seconds=time.perf_counter() - started,
+        pending=remaining.pending,
+        vector_search=remaining.vector_search,
+    )
