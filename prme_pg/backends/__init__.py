@@ -2,12 +2,13 @@
 
 A client turns each method call into a *request* (a frozen dataclass below, its
 arguments already parsed and typed) and hands it to a backend's ``execute``. One
-module per engine owns every SQL statement sent to it:
+backend per engine owns every SQL statement sent to it:
 
 * :mod:`prme_pg.backends.postgres` -- one ``SELECT * FROM prme.<function>(...)``
   per request; the rules run in PL/pgSQL;
 * :mod:`prme_pg.backends.duckdb` -- a memory pack; each request is one DuckDB
-  transaction whose rules are the macros of ``sql/duckdb``.
+  transaction whose rules are the macros of ``sql/duckdb`` (a package, one module per
+  capability).
 
 Requests are shared by the sync and async clients, so both build exactly the same
 calls; backends never import from the client layer above them.
