@@ -383,7 +383,8 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     else:
         dsn = _reachable(args)  # fail fast, in one line, before the server and its pool start
         client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
-    where = f"the unix socket {args.uds}" if args.uds else f"http://{args.host}:{args.port}"
+    listener = _listen(args)  # bind before announcing: a busy port is one line, exit 1
+    where = f"the unix socket {args.uds}" if args.uds else f"http://{_url_host(args.host)}:{args.port}"
     console.print(
         f"serving the prme-pg HTTP API on {where} (OpenAPI at /openapi.json)"
         + (f" over the memory pack at {pack}" if pack is not None else ""),
@@ -397,11 +398,45 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             markup=False,
             highlight=False,
         )
-    if args.metrics_port is not None:
-        return _serve_with_metrics(args, client, console, limits, trusted)
-    app = create_app(client, limits=limits, trusted=trusted)
-    uvicorn.run(app, host=args.host, port=args.port, uds=args.uds, log_level=args.log_level, **uvicorn_options(limits))
+    try:
+        if args.metrics_port is not None:
+            return _serve_with_metrics(args, client, console, limits, trusted, listener)
+        app = create_app(client, limits=limits, trusted=trusted)
+        config = uvicorn.Config(app, log_level=args.log_level, **uvicorn_options(limits))
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        _unlisten(listener, args.uds)
     return EXIT_OK
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _listen(args: argparse.Namespace) -> Any:
+    """The bound socket of serve (or mcp): TCP on --host/--port, or the --uds socket with --uds-mode
+    (prme_pg.http.listen; an OSError here is one line, exit 1)."""
+    from .http.listen import listen_tcp, listen_unix
+
+    if getattr(args, "uds", None):
+        return listen_unix(args.uds, args.uds_mode)
+    return listen_tcp(args.host, args.port)
+
+
+def _unlisten(listener: Any, uds: str | None) -> None:
+    listener.close()
+    if uds:
+        with contextlib.suppress(OSError):
+            os.unlink(uds)
+
+
+def _uds_mode(text: str) -> int:
+    from .http.listen import parse_mode
+
+    try:
+        return parse_mode(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _serve_trusted(args: argparse.Namespace, on_pack: bool) -> Any:
@@ -424,20 +459,24 @@ def _serve_trusted(args: argparse.Namespace, on_pack: bool) -> Any:
         not args.default_user or args.default_user != args.default_user.strip() or len(args.default_user) > 256
     ):
         raise UsageError("--default-user must be 1 to 256 characters without surrounding spaces")
-    return TrustedLoopback(default_user=args.default_user, unix_socket=bool(args.uds))
+    if args.uds:
+        return TrustedLoopback(default_user=args.default_user, unix_socket=True)
+    return TrustedLoopback(default_user=args.default_user, host=args.host, port=args.port)
 
 
 def _serve_with_metrics(
-    args: argparse.Namespace, client: Any, console: Console, limits: Any, trusted: Any = None
+    args: argparse.Namespace, client: Any, console: Console, limits: Any, trusted: Any, listener: Any
 ) -> int:
     """serve --metrics-port: /metrics (Prometheus, no token) on a bind of its own (docs/HTTP.md)."""
     import asyncio
 
     from .http import create_app, uvicorn_options
+    from .http.listen import listen_tcp
     from .http.metrics import serve
     from .metrics import ServiceMetrics
 
     metrics = ServiceMetrics(client)
+    metrics_listener = listen_tcp(args.metrics_host, args.metrics_port)
     console.print(f"serving Prometheus metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
     api = create_app(client, limits=limits, metrics=metrics, trusted=trusted)
     asyncio.run(
@@ -451,8 +490,11 @@ def _serve_with_metrics(
             metrics_port=args.metrics_port,
             log_level=args.log_level,
             api_options=uvicorn_options(limits),
+            sockets=[listener],
+            metrics_sockets=[metrics_listener],
         )
     )
+    metrics_listener.close()
     return EXIT_OK
 
 
@@ -474,6 +516,59 @@ def _serve_limits(args: argparse.Namespace) -> Any:
         max_body_bytes=args.max_body_bytes,
         max_header_bytes=args.max_header_bytes,
         max_requests_per_owner=args.max_requests_per_owner,
+        **_connection_limits(args),
+    )
+
+
+def _connection_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """serve's and mcp's limits on connections: read deadlines and caps (docs/HTTP.md, "Limits")."""
+    for flag, value in (
+        ("--request-head-timeout", args.request_head_timeout),
+        ("--request-body-timeout", args.request_body_timeout),
+        ("--keep-alive-timeout", args.keep_alive_timeout),
+    ):
+        if not 0 < value <= 3600:
+            raise UsageError(f"{flag} must be more than 0 and at most 3600 seconds")
+    return {
+        "request_head_timeout": args.request_head_timeout,
+        "request_body_timeout": args.request_body_timeout,
+        "keep_alive_timeout": args.keep_alive_timeout,
+        "max_connections": args.max_connections,
+        "max_connections_per_peer": args.max_connections_per_peer,
+    }
+
+
+def _add_connection_limits(command: argparse.ArgumentParser) -> None:
+    """The flags of :func:`_connection_limits` (their defaults: prme_pg.http.limits)."""
+    command.add_argument(
+        "--request-head-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request line and headers may take to arrive, else 408 and closed (default 10)",
+    )
+    command.add_argument(
+        "--request-body-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a request body may take to arrive after its head, else 408 and closed (default 60)",
+    )
+    command.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        help="seconds an idle connection stays open between requests (default 5)",
+    )
+    command.add_argument(
+        "--max-connections",
+        type=_between(1, 1_000_000),
+        default=512,
+        help="connections open at once; more are closed when accepted (default 512)",
+    )
+    command.add_argument(
+        "--max-connections-per-peer",
+        type=_between(1, 1_000_000),
+        default=64,
+        help="connections open at once from one client address; more are closed when accepted (default 64)",
     )
 
 
@@ -1327,6 +1422,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="listen on this unix socket instead of --host and --port (default: none)",
     )
+    serve.add_argument(
+        "--uds-mode",
+        type=_uds_mode,
+        default=0o600,
+        metavar="MODE",
+        help="the --uds socket's file mode, set after binding: 600 (this user) or 660 (its group) (default 600)",
+    )
     serve.add_argument("--pool-size", type=_between(1, 1000), default=10, help="database connections")
     serve.add_argument(
         "--statement-timeout",
@@ -1349,6 +1451,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="requests of one owner at once, else 429 (default: half of --pool-size)",
     )
+    _add_connection_limits(serve)
     serve.add_argument(
         "--log-level",
         default="info",

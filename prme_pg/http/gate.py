@@ -72,10 +72,43 @@ class TrustedLoopback:
     """Trusted loopback mode: the ledger's routes answer loopback peers without a token, for the
     owner named in the payload (``user_id``) or ``default_user``. ``unix_socket``: the server
     listens on a unix socket only (``serve --uds``), whose peers have no address and are all
-    on this machine, behind the socket file's permissions."""
+    on this machine, behind the socket file's permissions.
+
+    ``host`` and ``port``: the loopback address the server is bound to. A tokenless request
+    must name it (or ``localhost``) with that port in its ``Host`` header, else 421, and an
+    ``Origin`` header, if any, must be that same origin, else 403: a web page on this machine
+    whose DNS name was rebound to 127.0.0.1 names its own host, and a browser adds its own
+    origin to what the page sends (issue 32). On a unix socket, which no browser reaches,
+    any ``Origin`` is refused."""
 
     default_user: str | None = None
     unix_socket: bool = False
+    host: str | None = None
+    port: int | None = None
+
+    def allowed_hosts(self) -> frozenset[str]:
+        """The ``Host`` values a tokenless request may carry (TCP only; lowercase)."""
+        if self.host is None or self.port is None:
+            return frozenset()
+        names = {self.host.lower(), "localhost"}
+        if self.host == "localhost":
+            names |= {"127.0.0.1", "::1"}
+        bracketed = {f"[{name}]" if ":" in name else name for name in names}
+        return frozenset(f"{name}:{self.port}" for name in bracketed)
+
+    def refusal(self, headers: Headers) -> tuple[int, str] | None:
+        """Why a tokenless request with these headers is refused (status, detail), or None."""
+        origin = headers.get("origin")
+        if self.unix_socket:
+            if origin is not None:
+                return 403, "a request with an Origin (a browser's) needs a token on this server"
+            return None
+        hosts = self.allowed_hosts()
+        if headers.get("host", "").lower() not in hosts:
+            return 421, "without a token, the Host header must name this server: " + ", ".join(sorted(hosts))
+        if origin is not None and origin.lower() not in {f"http://{host}" for host in hosts}:
+            return 403, "without a token, a request from another origin is refused"
+        return None
 
 
 #: The routes trusted loopback mode opens: the ledger's.
@@ -222,6 +255,13 @@ class OwnerGate:
         return local and "authorization" not in Headers(scope=scope)
 
     async def _pass_trusted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.trusted is not None
+        refused = self.trusted.refusal(Headers(scope=scope))
+        if refused is not None:
+            status, detail = refused
+            title = "Misdirected Request" if status == 421 else "Forbidden"
+            await _refuse(problem(status, f"http-{status}", title, detail), scope, receive, send)
+            return
         stream = STREAM_PATH.match(scope["path"]) is not None
         slots, what = (self._streams, "event streams") if stream else (self._requests, "requests")
         scope.setdefault("state", {})[TRUSTED_STATE_KEY] = self.trusted
