@@ -538,8 +538,21 @@ def _connection_limits(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _add_connection_limits(command: argparse.ArgumentParser) -> None:
-    """The flags of :func:`_connection_limits` (their defaults: prme_pg.http.limits)."""
+def _add_connection_limits(command: argparse.ArgumentParser, *, per_owner: str) -> None:
+    """serve's and mcp's limits on a request's head, an owner's requests and the connections
+    (:func:`_connection_limits`; their defaults: prme_pg.http.limits)."""
+    command.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=16 * 1024,
+        help="request line and headers limit, else 431 (default 16 KiB)",
+    )
+    command.add_argument(
+        "--max-requests-per-owner",
+        type=int,
+        default=None,
+        help=f"{per_owner} (default: half of --pool-size)",
+    )
     command.add_argument(
         "--request-head-timeout",
         type=float,
@@ -995,25 +1008,45 @@ def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"the MCP server needs the mcp extra: pip install 'prme-pg[mcp]' ({exc})") from exc
     if args.transport == "stdio" and args.user is None:
         raise UsageError("stdio serves one owner: pass --user")
+    from .http.limits import Limits
+
+    for flag, value in (("--max-header-bytes", args.max_header_bytes), ("--pool-size", args.pool_size)):
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1")
+    if args.max_requests_per_owner is not None and args.max_requests_per_owner < 1:
+        raise UsageError("--max-requests-per-owner must be at least 1")
+    limits = Limits(
+        max_header_bytes=args.max_header_bytes,
+        max_requests_per_owner=args.max_requests_per_owner,
+        **_connection_limits(args),
+    )
+    listener = None
     if args.transport == "http":
         if args.user is not None and not mcp_server.is_loopback(args.host):
             raise UsageError(
                 f"--user over HTTP serves that owner to anyone who reaches {args.host}: bind a loopback "
                 "address (--host 127.0.0.1), or leave --user out and use bearer tokens"
             )
+        listener = _listen(args)  # bind before announcing: a busy port is one line, exit 1
         owner = f"as {escape(args.user)}" if args.user else "for the bearer token's owner"
-        Console(stderr=True).print(f"serving MCP on http://{args.host}:{args.port}/mcp {owner}")
-    anyio.run(
-        lambda: mcp_server.run(
-            target,
-            user_id=args.user,
-            transport=args.transport,
-            host=args.host,
-            port=args.port,
-            pool_size=args.pool_size,
-            log_level=args.log_level,
+        Console(stderr=True).print(f"serving MCP on http://{_url_host(args.host)}:{args.port}/mcp {owner}")
+    try:
+        anyio.run(
+            lambda: mcp_server.run(
+                target,
+                user_id=args.user,
+                transport=args.transport,
+                host=args.host,
+                port=args.port,
+                pool_size=args.pool_size,
+                log_level=args.log_level,
+                limits=limits,
+                sock=listener,
+            )
         )
-    )
+    finally:
+        if listener is not None:
+            listener.close()
     return EXIT_OK
 
 
@@ -1439,19 +1472,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-body-bytes", type=int, default=2 * 1024 * 1024, help="request body limit, else 413 (default 2 MiB)"
     )
-    serve.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=16 * 1024,
-        help="request line and headers limit, else 431 (default 16 KiB)",
-    )
-    serve.add_argument(
-        "--max-requests-per-owner",
-        type=int,
-        default=None,
-        help="requests of one owner at once, else 429 (default: half of --pool-size)",
-    )
-    _add_connection_limits(serve)
+    _add_connection_limits(serve, per_owner="requests of one owner at once, else 429")
     serve.add_argument(
         "--log-level",
         default="info",
@@ -1659,6 +1680,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     mcp.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     mcp.add_argument("--pool-size", type=int, default=4, help="database connections (default 4)")
+    _add_connection_limits(mcp, per_owner="tool calls of one owner at once, else a 429 tool error")
     mcp.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="log level"
     )

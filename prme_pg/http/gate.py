@@ -51,6 +51,8 @@ __all__ = [
     "TRUSTED_PATH",
     "TRUSTED_STATE_KEY",
     "OwnerGate",
+    "Slots",
+    "SlotsFull",
     "TrustedLoopback",
     "is_loopback",
     "is_public",
@@ -134,7 +136,7 @@ class SlotsFull(Exception):
     """An owner has no free slot and no room to wait for one."""
 
 
-class _Slots:
+class Slots:
     """At most ``limit`` requests of one owner run at once; up to ``limit`` more wait for a slot,
     each at most ``wait`` seconds (a burst, such as a page loading its parts, is absorbed); any
     more are refused at once. Per owner state exists only while the owner has requests in."""
@@ -190,8 +192,8 @@ class OwnerGate:
         self.limits = limits
         self.trusted = trusted
         self.routes = tuple(routes)
-        self._requests = _Slots(requests_per_owner, limits.slot_wait_seconds)
-        self._streams = _Slots(limits.max_streams_per_owner, 0)
+        self._requests = Slots(requests_per_owner, limits.slot_wait_seconds)
+        self._streams = Slots(limits.max_streams_per_owner, 0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -269,3 +269,62 @@ def test_slow_heads_and_bodies_are_cut_and_connections_capped(module_db: str) ->
             assert http.get("/health").status_code == 200  # the slots are free again
     finally:
         _stop(serve)
+
+
+# -- item 4: the MCP HTTP transport's head limit and per-owner slots --------------------------------
+
+
+def test_mcp_http_bounds_heads_and_each_owners_calls(module_db: str) -> None:
+    """Real MCP SDK client: a head past 16 KiB is 431; one owner's burst past its slots gets tool
+    errors that say 429, and the calls that ran are answered."""
+    import anyio
+    import httpx2
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from prme_pg import MemoryClient
+
+    with MemoryClient(module_db) as memory:
+        token = memory.create_api_token("mcp-flood")
+    port = testing.free_port()
+    server_args = ("--max-requests-per-owner", "1")
+    server = _spawn("mcp", "--transport", "http", "--dsn", module_db, "--port", str(port), *server_args)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, _stop(server)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "prme-pg mcp did not listen"
+                time.sleep(0.1)
+        huge = httpx.post(url, headers={"X-Grow": "a" * 32768, "Authorization": f"Bearer {token}"}, json={})
+        assert huge.status_code == 431, huge.text
+
+        async def burst() -> list[str]:
+            headers = {"Authorization": f"Bearer {token}"}
+            transport = streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=60))
+            errors: list[str] = []
+            async with Client(transport) as client:
+
+                async def one(index: int) -> None:
+                    arguments = {"message": f"no, it is tabs {index}", "shown_node_ids": []}
+                    result = await client.call_tool("correct", arguments)
+                    if result.is_error:
+                        errors.append(" ".join(block.text for block in result.content if block.type == "text"))
+
+                async with anyio.create_task_group() as group:
+                    for index in range(40):
+                        group.start_soon(one, index)
+                after = await client.call_tool("correct", {"message": "no, spaces", "shown_node_ids": []})
+                assert not after.is_error, after.content
+            return errors
+
+        errors = anyio.run(burst)
+        assert errors, "40 concurrent calls of one owner were all accepted past a limit of 1"
+        assert all("429 too many requests" in text for text in errors), errors
+        assert len(errors) < 40
+    finally:
+        _stop(server)
