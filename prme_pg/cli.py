@@ -275,13 +275,16 @@ def _pack(args: argparse.Namespace) -> Path | None:
     return Path(pack)
 
 
-def _client(args: argparse.Namespace) -> MemoryClient:
+def _client(args: argparse.Namespace, *, reads: bool = False) -> MemoryClient:
     """A one-connection client for a command, after the fail-fast check of :func:`_reachable`;
-    or, with --pack, a client of that memory pack."""
+    or, with --pack, a client of that memory pack. ``reads``: the command only reads, so a
+    pack that does not exist is an error (a mistyped path), not a new empty pack."""
     from .client import MemoryClient
 
     pack = _pack(args)
     if pack is not None:
+        if reads and not (pack / "pack.duckdb").is_file():
+            raise PrmeError(f"no memory pack at {pack}: check --pack (this command does not create one)")
         return MemoryClient(pack)  # a path is always a pack, never a DSN
     return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
@@ -376,9 +379,9 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     if pack is not None:
         if args.metrics_port is not None:
             raise UsageError("--metrics-port needs PostgreSQL (its metrics are the connection pool's and the ledger's)")
-        from .backends.duckdb import DuckDBBackend
+        from .packfile import open_pack
 
-        DuckDBBackend(pack).close()  # fail fast, in one line: another process has it, or it is no pack
+        open_pack(pack).close()  # fail fast, in one line: another process has it, or it is no pack
         client = AsyncMemoryClient(pack)
     else:
         dsn = _reachable(args)  # fail fast, in one line, before the server and its pool start
@@ -700,7 +703,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_recall(args: argparse.Namespace, console: Console) -> int:
-    with _client(args) as memory:
+    with _client(args, reads=True) as memory:
         hits = memory.recall(args.query, user_id=args.user, scopes=args.scope or None, max_count=args.limit)
     if args.json:
         _print_json({"hits": [dataclasses.asdict(hit) for hit in hits]})
