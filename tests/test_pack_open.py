@@ -85,3 +85,11 @@ def test_a_read_only_command_refuses_a_pack_that_does_not_exist(tmp_path: Path) 
     assert result.returncode == 1, result
     assert "no memory pack at" in result.stderr and "0 memories" not in result.stdout
     assert not typo.exists() and not typo.parent.exists()
+
+
+@pytest.mark.parametrize("user", ["f\ng", " alice", "", "x" * 257])
+def test_schedule_refuses_an_owner_the_engine_refuses(user: str) -> None:
+    """Issue 32, item 11: a job for an owner name the engine refuses would fail every night."""
+    result = _cli("schedule", "--database", "prme", "--user", "alice", "--user", user)
+    assert result.returncode == 2, result
+    assert "user_id must be 1 to 256 characters" in result.stderr and "cron.schedule" not in result.stdout
