@@ -37,12 +37,12 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..sqlstate import database_unavailable, describe
+from ..sqlstate import database_unavailable
 from ..tokens import parse_token
 from ..validation import is_loopback
 from .dependencies import GATE_STATE_KEY
 from .limits import Limits
-from .problems import RETRY_SOON, problem
+from .problems import MISSING_SCHEMA, RETRY_SOON, problem, server_failed, unavailable
 
 __all__ = [
     "PUBLIC_PATHS",
@@ -343,9 +343,8 @@ async def _unauthorized(detail: str, scope: Scope, receive: Receive, send: Send)
 
 
 async def _database_failed(exc: BaseException, scope: Scope, receive: Receive, send: Send) -> None:
-    if isinstance(exc, PoolTimeout) or database_unavailable(exc):
-        detail = f"the database is unavailable: {describe(exc)}"
-        await _refuse(problem(503, "unavailable", "Service Unavailable", detail, RETRY_SOON), scope, receive, send)
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate not in MISSING_SCHEMA and (isinstance(exc, PoolTimeout) or database_unavailable(exc)):
+        await _refuse(unavailable(exc), scope, receive, send)
         return
-    failed = problem(500, "internal", "Internal Server Error", f"the token lookup failed: {describe(exc)}")
-    await _refuse(failed, scope, receive, send)
+    await _refuse(server_failed(exc, "the token lookup failed"), scope, receive, send)
