@@ -275,13 +275,16 @@ def _pack(args: argparse.Namespace) -> Path | None:
     return Path(pack)
 
 
-def _client(args: argparse.Namespace) -> MemoryClient:
+def _client(args: argparse.Namespace, *, reads: bool = False) -> MemoryClient:
     """A one-connection client for a command, after the fail-fast check of :func:`_reachable`;
-    or, with --pack, a client of that memory pack."""
+    or, with --pack, a client of that memory pack. ``reads``: the command only reads, so a
+    pack that does not exist is an error (a mistyped path), not a new empty pack."""
     from .client import MemoryClient
 
     pack = _pack(args)
     if pack is not None:
+        if reads and not (pack / "pack.duckdb").is_file():
+            raise PrmeError(f"no memory pack at {pack}: check --pack (this command does not create one)")
         return MemoryClient(pack)  # a path is always a pack, never a DSN
     return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
@@ -376,14 +379,15 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     if pack is not None:
         if args.metrics_port is not None:
             raise UsageError("--metrics-port needs PostgreSQL (its metrics are the connection pool's and the ledger's)")
-        from .backends.duckdb import DuckDBBackend
+        from .packfile import open_pack
 
-        DuckDBBackend(pack).close()  # fail fast, in one line: another process has it, or it is no pack
+        open_pack(pack).close()  # fail fast, in one line: another process has it, or it is no pack
         client = AsyncMemoryClient(pack)
     else:
         dsn = _reachable(args)  # fail fast, in one line, before the server and its pool start
         client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
-    where = f"the unix socket {args.uds}" if args.uds else f"http://{args.host}:{args.port}"
+    listener = _listen(args)  # bind before announcing: a busy port is one line, exit 1
+    where = f"the unix socket {args.uds}" if args.uds else f"http://{_url_host(args.host)}:{args.port}"
     console.print(
         f"serving the prme-pg HTTP API on {where} (OpenAPI at /openapi.json)"
         + (f" over the memory pack at {pack}" if pack is not None else ""),
@@ -397,11 +401,45 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             markup=False,
             highlight=False,
         )
-    if args.metrics_port is not None:
-        return _serve_with_metrics(args, client, console, limits, trusted)
-    app = create_app(client, limits=limits, trusted=trusted)
-    uvicorn.run(app, host=args.host, port=args.port, uds=args.uds, log_level=args.log_level, **uvicorn_options(limits))
+    try:
+        if args.metrics_port is not None:
+            return _serve_with_metrics(args, client, console, limits, trusted, listener)
+        app = create_app(client, limits=limits, trusted=trusted)
+        config = uvicorn.Config(app, log_level=args.log_level, **uvicorn_options(limits))
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        _unlisten(listener, args.uds)
     return EXIT_OK
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _listen(args: argparse.Namespace) -> Any:
+    """The bound socket of serve (or mcp): TCP on --host/--port, or the --uds socket with --uds-mode
+    (prme_pg.http.listen; an OSError here is one line, exit 1)."""
+    from .http.listen import listen_tcp, listen_unix
+
+    if getattr(args, "uds", None):
+        return listen_unix(args.uds, args.uds_mode)
+    return listen_tcp(args.host, args.port)
+
+
+def _unlisten(listener: Any, uds: str | None) -> None:
+    listener.close()
+    if uds:
+        with contextlib.suppress(OSError):
+            os.unlink(uds)
+
+
+def _uds_mode(text: str) -> int:
+    from .http.listen import parse_mode
+
+    try:
+        return parse_mode(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _serve_trusted(args: argparse.Namespace, on_pack: bool) -> Any:
@@ -424,20 +462,24 @@ def _serve_trusted(args: argparse.Namespace, on_pack: bool) -> Any:
         not args.default_user or args.default_user != args.default_user.strip() or len(args.default_user) > 256
     ):
         raise UsageError("--default-user must be 1 to 256 characters without surrounding spaces")
-    return TrustedLoopback(default_user=args.default_user, unix_socket=bool(args.uds))
+    if args.uds:
+        return TrustedLoopback(default_user=args.default_user, unix_socket=True)
+    return TrustedLoopback(default_user=args.default_user, host=args.host, port=args.port)
 
 
 def _serve_with_metrics(
-    args: argparse.Namespace, client: Any, console: Console, limits: Any, trusted: Any = None
+    args: argparse.Namespace, client: Any, console: Console, limits: Any, trusted: Any, listener: Any
 ) -> int:
     """serve --metrics-port: /metrics (Prometheus, no token) on a bind of its own (docs/HTTP.md)."""
     import asyncio
 
     from .http import create_app, uvicorn_options
+    from .http.listen import listen_tcp
     from .http.metrics import serve
     from .metrics import ServiceMetrics
 
     metrics = ServiceMetrics(client)
+    metrics_listener = listen_tcp(args.metrics_host, args.metrics_port)
     console.print(f"serving Prometheus metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
     api = create_app(client, limits=limits, metrics=metrics, trusted=trusted)
     asyncio.run(
@@ -451,8 +493,11 @@ def _serve_with_metrics(
             metrics_port=args.metrics_port,
             log_level=args.log_level,
             api_options=uvicorn_options(limits),
+            sockets=[listener],
+            metrics_sockets=[metrics_listener],
         )
     )
+    metrics_listener.close()
     return EXIT_OK
 
 
@@ -474,6 +519,72 @@ def _serve_limits(args: argparse.Namespace) -> Any:
         max_body_bytes=args.max_body_bytes,
         max_header_bytes=args.max_header_bytes,
         max_requests_per_owner=args.max_requests_per_owner,
+        **_connection_limits(args),
+    )
+
+
+def _connection_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """serve's and mcp's limits on connections: read deadlines and caps (docs/HTTP.md, "Limits")."""
+    for flag, value in (
+        ("--request-head-timeout", args.request_head_timeout),
+        ("--request-body-timeout", args.request_body_timeout),
+        ("--keep-alive-timeout", args.keep_alive_timeout),
+    ):
+        if not 0 < value <= 3600:
+            raise UsageError(f"{flag} must be more than 0 and at most 3600 seconds")
+    return {
+        "request_head_timeout": args.request_head_timeout,
+        "request_body_timeout": args.request_body_timeout,
+        "keep_alive_timeout": args.keep_alive_timeout,
+        "max_connections": args.max_connections,
+        "max_connections_per_peer": args.max_connections_per_peer,
+    }
+
+
+def _add_connection_limits(command: argparse.ArgumentParser, *, per_owner: str) -> None:
+    """serve's and mcp's limits on a request's head, an owner's requests and the connections
+    (:func:`_connection_limits`; their defaults: prme_pg.http.limits)."""
+    command.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=16 * 1024,
+        help="request line and headers limit, else 431 (default 16 KiB)",
+    )
+    command.add_argument(
+        "--max-requests-per-owner",
+        type=int,
+        default=None,
+        help=f"{per_owner} (default: half of --pool-size)",
+    )
+    command.add_argument(
+        "--request-head-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request line and headers may take to arrive, else 408 and closed (default 10)",
+    )
+    command.add_argument(
+        "--request-body-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a request body may take to arrive after its head, else 408 and closed (default 60)",
+    )
+    command.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        help="seconds an idle connection stays open between requests (default 5)",
+    )
+    command.add_argument(
+        "--max-connections",
+        type=_between(1, 1_000_000),
+        default=512,
+        help="connections open at once; more are closed when accepted (default 512)",
+    )
+    command.add_argument(
+        "--max-connections-per-peer",
+        type=_between(1, 1_000_000),
+        default=64,
+        help="connections open at once from one client address; more are closed when accepted (default 64)",
     )
 
 
@@ -592,7 +703,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_recall(args: argparse.Namespace, console: Console) -> int:
-    with _client(args) as memory:
+    with _client(args, reads=True) as memory:
         hits = memory.recall(args.query, user_id=args.user, scopes=args.scope or None, max_count=args.limit)
     if args.json:
         _print_json({"hits": [dataclasses.asdict(hit) for hit in hits]})
@@ -900,25 +1011,45 @@ def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"the MCP server needs the mcp extra: pip install 'prme-pg[mcp]' ({exc})") from exc
     if args.transport == "stdio" and args.user is None:
         raise UsageError("stdio serves one owner: pass --user")
+    from .http.limits import Limits
+
+    for flag, value in (("--max-header-bytes", args.max_header_bytes), ("--pool-size", args.pool_size)):
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1")
+    if args.max_requests_per_owner is not None and args.max_requests_per_owner < 1:
+        raise UsageError("--max-requests-per-owner must be at least 1")
+    limits = Limits(
+        max_header_bytes=args.max_header_bytes,
+        max_requests_per_owner=args.max_requests_per_owner,
+        **_connection_limits(args),
+    )
+    listener = None
     if args.transport == "http":
         if args.user is not None and not mcp_server.is_loopback(args.host):
             raise UsageError(
                 f"--user over HTTP serves that owner to anyone who reaches {args.host}: bind a loopback "
                 "address (--host 127.0.0.1), or leave --user out and use bearer tokens"
             )
+        listener = _listen(args)  # bind before announcing: a busy port is one line, exit 1
         owner = f"as {escape(args.user)}" if args.user else "for the bearer token's owner"
-        Console(stderr=True).print(f"serving MCP on http://{args.host}:{args.port}/mcp {owner}")
-    anyio.run(
-        lambda: mcp_server.run(
-            target,
-            user_id=args.user,
-            transport=args.transport,
-            host=args.host,
-            port=args.port,
-            pool_size=args.pool_size,
-            log_level=args.log_level,
+        Console(stderr=True).print(f"serving MCP on http://{_url_host(args.host)}:{args.port}/mcp {owner}")
+    try:
+        anyio.run(
+            lambda: mcp_server.run(
+                target,
+                user_id=args.user,
+                transport=args.transport,
+                host=args.host,
+                port=args.port,
+                pool_size=args.pool_size,
+                log_level=args.log_level,
+                limits=limits,
+                sock=listener,
+            )
         )
-    )
+    finally:
+        if listener is not None:
+            listener.close()
     return EXIT_OK
 
 
@@ -1327,6 +1458,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="listen on this unix socket instead of --host and --port (default: none)",
     )
+    serve.add_argument(
+        "--uds-mode",
+        type=_uds_mode,
+        default=0o600,
+        metavar="MODE",
+        help="the --uds socket's file mode, set after binding: 600 (this user) or 660 (its group) (default 600)",
+    )
     serve.add_argument("--pool-size", type=_between(1, 1000), default=10, help="database connections")
     serve.add_argument(
         "--statement-timeout",
@@ -1337,18 +1475,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-body-bytes", type=int, default=2 * 1024 * 1024, help="request body limit, else 413 (default 2 MiB)"
     )
-    serve.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=16 * 1024,
-        help="request line and headers limit, else 431 (default 16 KiB)",
-    )
-    serve.add_argument(
-        "--max-requests-per-owner",
-        type=int,
-        default=None,
-        help="requests of one owner at once, else 429 (default: half of --pool-size)",
-    )
+    _add_connection_limits(serve, per_owner="requests of one owner at once, else 429")
     serve.add_argument(
         "--log-level",
         default="info",
@@ -1556,6 +1683,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     mcp.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     mcp.add_argument("--pool-size", type=int, default=4, help="database connections (default 4)")
+    _add_connection_limits(mcp, per_owner="tool calls of one owner at once, else a 429 tool error")
     mcp.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="log level"
     )

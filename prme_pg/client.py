@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
@@ -107,6 +108,7 @@ from .models import (
     Snapshot,
 )
 from .outbox import Outbox, OutboxRecord
+from .packfile import open_pack
 from .tokens import new_token, parse_token, token_sha256
 from .validation import check_json_depth, parse_operation_id, parse_uuid
 
@@ -415,7 +417,21 @@ def check_page_size(page_size: int) -> int:
     return page_size
 
 
+#: ``scheme://`` at the start of a target: a URL, never a pack folder's name.
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def check_pack_options(target: object, clock: object, new_id: object) -> None:
+    """Refuse a target that is neither a PostgreSQL DSN nor a pack folder, and pack options on a DSN.
+
+    A string that starts with ``scheme://`` is a URL: only ``postgresql://`` and ``postgres://``
+    are served, and any other (``postgresql+psycopg://``, ``postgress://``) is InvalidInput, not
+    a pack folder of that name (issue 32, item 12)."""
+    if isinstance(target, str) and not is_dsn(target) and _URL_SCHEME.match(target):
+        scheme = target.split("://", 1)[0]
+        raise InvalidInput(
+            f"{scheme}:// is not a PostgreSQL URL: use postgresql:// (or postgres://), or a pack folder's path"
+        )
     if is_dsn(target) and (clock is not None or new_id is not None):
         raise TypeError("clock and new_id apply to memory packs; PostgreSQL uses its own clock and ids")
 
@@ -973,7 +989,7 @@ class _LazyPack:
             if self._closed:
                 raise PackClosedError(f"the memory pack at {self.path} is closed")
             if self._pack is None:
-                self._pack = DuckDBBackend(self.path, clock=self._clock, new_id=self._new_id)
+                self._pack = open_pack(self.path, clock=self._clock, new_id=self._new_id)
             return self._pack
 
     def outbox(self) -> Outbox:
