@@ -235,6 +235,8 @@ def _default_dsn() -> str | None:
 
 def _require_dsn(args: argparse.Namespace) -> str:
     if not args.dsn:
+        if hasattr(args, "pack") and args.pack is None:  # the command also runs on a memory pack: say so
+            raise UsageError("no backend given: pass --pack DIR (a memory pack) or --dsn URL (or set PRME_DSN)")
         raise UsageError("no database given: pass --dsn URL or set PRME_DSN (or DATABASE_URL)")
     return str(args.dsn)
 
@@ -370,7 +372,9 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         from .aio import AsyncMemoryClient
         from .http import create_app, uvicorn_options
     except ImportError as exc:
-        raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
+        raise UsageError(
+            f"the HTTP API needs the http extra: in the prme-pg clone, pip install '.[http]' ({exc})"
+        ) from exc
     limits = _serve_limits(args)
     trusted = _serve_trusted(args, pack is not None)
     if pack is not None:
@@ -855,10 +859,19 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
     _print_patch(console, patch, args.user)
     if applied is not None:
         _print_applied(console, applied, "applied in auto mode")
-    else:
+    elif patch.ops:
+        # The ops the review selects by default (else every op), on the same target as this run.
+        chosen = [str(op["op_id"]) for op in patch.ops if op.get("default_selected")] or [
+            str(op["op_id"]) for op in patch.ops
+        ]
+        target = [f"--user {shlex.quote(args.user)}"]
+        if _pack(args) is not None:
+            target.append(f"--pack {shlex.quote(str(args.pack))}")
+        elif args.dsn != _default_dsn():
+            target.append(f"--dsn {shlex.quote(str(args.dsn))}")
         console.print(
-            f"written for review; apply with: prme-pg curate {patch.patch_id} --user {escape(shlex.quote(args.user))} "
-            "--select op_001,op_002",
+            escape(f"written for review; apply with: prme-pg curate {patch.patch_id} {' '.join(target)} ")
+            + f"--select {','.join(chosen)}",
             soft_wrap=True,  # a command to copy: never broken into lines
         )
     return EXIT_OK
@@ -897,7 +910,9 @@ def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
     try:
         from . import mcp_server
     except ImportError as exc:
-        raise UsageError(f"the MCP server needs the mcp extra: pip install 'prme-pg[mcp]' ({exc})") from exc
+        raise UsageError(
+            f"the MCP server needs the mcp extra: in the prme-pg clone, pip install '.[mcp]' ({exc})"
+        ) from exc
     if args.transport == "stdio" and args.user is None:
         raise UsageError("stdio serves one owner: pass --user")
     if args.transport == "http":
@@ -979,7 +994,9 @@ def _queue_metrics(args: argparse.Namespace) -> contextlib.AbstractContextManage
     try:
         from .metrics import TextfileWriter, queue_registry
     except ImportError as exc:
-        raise UsageError(f"metrics need prometheus-client: pip install 'prme-pg[http]' ({exc})") from exc
+        raise UsageError(
+            f"metrics need prometheus-client: in the prme-pg clone, pip install '.[http]' ({exc})"
+        ) from exc
     writer = TextfileWriter(args.metrics_textfile, queue_registry(args.pack), interval=args.metrics_interval)
     try:
         writer.write()  # an unwritable path is a usage error before any work starts
@@ -1291,6 +1308,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="prme-pg",
         description="prme-pg: a PostgreSQL-native memory engine for AI agents.",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"prme-pg {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(
