@@ -52,7 +52,7 @@ NOT_RUN = {
     "make demo",
     "make check",
     "python3 -m venv .venv && .venv/bin/pip install '.[http]'",
-    "pip install 'prme-pg[mcp]'",  # installs, then servers an agent starts and talks to over stdio
+    "pip install '.[mcp]'",  # installs, then servers an agent starts and talks to over stdio
 }
 TIMEOUT = 300
 
