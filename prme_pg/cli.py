@@ -19,6 +19,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -288,8 +289,15 @@ def _client(args: argparse.Namespace) -> MemoryClient:
     return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
 
+def _json_value(value: object) -> object:
+    """Times as RFC 3339 in UTC (``2026-12-06T23:10:55.123456Z``), as the HTTP API writes them."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
 def _print_json(document: object) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(document, indent=2, default=_json_value) + "\n")
 
 
 def cmd_migrate(args: argparse.Namespace, console: Console) -> int:
@@ -595,6 +603,28 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_add(args: argparse.Namespace, console: Console) -> int:
+    """Add one memory (and, with --evidence, the user's words as its evidence)."""
+    with _client(args) as memory:
+        node = memory.add_node(args.content, user_id=args.user, scope=args.scope, kind=args.kind)
+        event = None
+        if args.evidence is not None:
+            event = memory.add_event(args.evidence, user_id=args.user, scope=args.scope)
+            node = memory.reinforce(node.id, event.id, user_id=args.user)
+    if args.json:
+        document: dict[str, Any] = {"node": dataclasses.asdict(node)}
+        if event is not None:
+            document["evidence"] = dataclasses.asdict(event)
+        _print_json(document)
+    else:
+        # The id alone on stdout, so a script can capture it; what was stored on stderr.
+        sys.stdout.write(f"{node.id}\n")
+        Console(stderr=True, soft_wrap=True).print(
+            f"added for {args.user} in scope {node.scope}: {node.content}", markup=False, highlight=False
+        )
+    return EXIT_OK
+
+
 def cmd_recall(args: argparse.Namespace, console: Console) -> int:
     with _client(args) as memory:
         hits = memory.recall(args.query, user_id=args.user, scopes=args.scope or None, max_count=args.limit)
@@ -604,8 +634,8 @@ def cmd_recall(args: argparse.Namespace, console: Console) -> int:
         _print_rows(
             console,
             f"recall for {args.user}",
-            ("rank", "score", "scope", "content"),
-            [(hit.rank, f"{hit.score:.4f}", hit.scope, hit.content) for hit in hits],
+            ("rank", "score", "id", "scope", "content"),
+            [(hit.rank, f"{hit.score:.4f}", hit.id, hit.scope, hit.content) for hit in hits],
             wrap=("content",),
         )
         console.print(f"{len(hits)} memor{'y' if len(hits) == 1 else 'ies'}")
@@ -1440,6 +1470,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PROXY_DSN",
         help="run an executor on every shard of this proxy's cluster definition (default: none)",
     )
+
+    remember = add("add", "Add a memory of one owner (on a pack or a database).", cmd_add)
+    add_dsn(remember)
+    remember.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
+    remember.add_argument("content", help="the memory, one self-contained statement")
+    _add_user(remember)
+    remember.add_argument("--scope", default="personal", help="which part of the owner's life it belongs to")
+    remember.add_argument("--kind", default="fact", help="what sort of memory it is")
+    remember.add_argument(
+        "--evidence",
+        default=None,
+        help="the user's own words, stored as its evidence and confirming it (default: none)",
+    )
+    _flag_names(remember, content="CONTENT")
 
     recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
     add_dsn(recall)

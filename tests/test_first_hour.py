@@ -136,3 +136,23 @@ def test_recall_takes_query_and_unknown_parameters_are_refused(tmp_path: Path) -
             assert "unknown parameter" in refused.json()["detail"], refused.text
         # The console's pages keep their query strings (the browser's, not the API's).
         assert httpx.get(f"{base}/ui/memories?q=tabs").status_code == 200
+
+
+@pytest.mark.parametrize("backend", ["pack", "postgres"])
+def test_add_stores_a_memory_and_recall_shows_its_id(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    target = (
+        ["--pack", str(tmp_path / "memories")] if backend == "pack" else ["--dsn", request.getfixturevalue("db_dsn")]
+    )
+    added = _prme_pg("add", "alice prefers tabs", "--user", "alice", "--evidence", "yes, tabs please", *target)
+    assert added.returncode == 0, added.stderr
+    node_id = uuid.UUID(added.stdout.strip())
+    document = json.loads(_prme_pg("add", "alice lives in Berlin", "--user", "alice", "--json", *target).stdout)
+    assert document["node"]["content"] == "alice lives in Berlin"
+    assert RFC3339_Z.match(document["node"]["created_at"]), "the HTTP API's form of a time"
+    recalled = _prme_pg("recall", "tabs", "--user", "alice", *target)
+    assert str(node_id) in recalled.stdout.splitlines()[2].split("\t"), recalled.stdout
+    hits = json.loads(_prme_pg("recall", "tabs", "--user", "alice", "--json", *target).stdout)["hits"]
+    assert hits[0]["id"] == str(node_id) and hits[0]["reinforcement_boost"] == "0.1500"
+    assert RFC3339_Z.match(hits[0]["last_reinforced_at"])
