@@ -19,6 +19,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -235,6 +236,8 @@ def _default_dsn() -> str | None:
 
 def _require_dsn(args: argparse.Namespace) -> str:
     if not args.dsn:
+        if hasattr(args, "pack") and args.pack is None:  # the command also runs on a memory pack: say so
+            raise UsageError("no backend given: pass --pack DIR (a memory pack) or --dsn URL (or set PRME_DSN)")
         raise UsageError("no database given: pass --dsn URL or set PRME_DSN (or DATABASE_URL)")
     return str(args.dsn)
 
@@ -289,8 +292,15 @@ def _client(args: argparse.Namespace, *, reads: bool = False) -> MemoryClient:
     return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
 
+def _json_value(value: object) -> object:
+    """Times as RFC 3339 in UTC (``2026-12-06T23:10:55.123456Z``), as the HTTP API writes them."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
 def _print_json(document: object) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(document, indent=2, default=_json_value) + "\n")
 
 
 def cmd_migrate(args: argparse.Namespace, console: Console) -> int:
@@ -373,7 +383,9 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         from .aio import AsyncMemoryClient
         from .http import create_app, uvicorn_options
     except ImportError as exc:
-        raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
+        raise UsageError(
+            f"the HTTP API needs the http extra: in the prme-pg clone, pip install '.[http]' ({exc})"
+        ) from exc
     limits = _serve_limits(args)
     trusted = _serve_trusted(args, pack is not None)
     if pack is not None:
@@ -702,6 +714,28 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_add(args: argparse.Namespace, console: Console) -> int:
+    """Add one memory (and, with --evidence, the user's words as its evidence)."""
+    with _client(args) as memory:
+        node = memory.add_node(args.content, user_id=args.user, scope=args.scope, kind=args.kind)
+        event = None
+        if args.evidence is not None:
+            event = memory.add_event(args.evidence, user_id=args.user, scope=args.scope)
+            node = memory.reinforce(node.id, event.id, user_id=args.user)
+    if args.json:
+        document: dict[str, Any] = {"node": dataclasses.asdict(node)}
+        if event is not None:
+            document["evidence"] = dataclasses.asdict(event)
+        _print_json(document)
+    else:
+        # The id alone on stdout, so a script can capture it; what was stored on stderr.
+        sys.stdout.write(f"{node.id}\n")
+        Console(stderr=True, soft_wrap=True).print(
+            f"added for {args.user} in scope {node.scope}: {node.content}", markup=False, highlight=False
+        )
+    return EXIT_OK
+
+
 def cmd_recall(args: argparse.Namespace, console: Console) -> int:
     with _client(args, reads=True) as memory:
         hits = memory.recall(args.query, user_id=args.user, scopes=args.scope or None, max_count=args.limit)
@@ -711,8 +745,8 @@ def cmd_recall(args: argparse.Namespace, console: Console) -> int:
         _print_rows(
             console,
             f"recall for {args.user}",
-            ("rank", "score", "scope", "content"),
-            [(hit.rank, f"{hit.score:.4f}", hit.scope, hit.content) for hit in hits],
+            ("rank", "score", "id", "scope", "content"),
+            [(hit.rank, f"{hit.score:.4f}", hit.id, hit.scope, hit.content) for hit in hits],
             wrap=("content",),
         )
         console.print(f"{len(hits)} memor{'y' if len(hits) == 1 else 'ies'}")
@@ -966,10 +1000,19 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
     _print_patch(console, patch, args.user)
     if applied is not None:
         _print_applied(console, applied, "applied in auto mode")
-    else:
+    elif patch.ops:
+        # The ops the review selects by default (else every op), on the same target as this run.
+        chosen = [str(op["op_id"]) for op in patch.ops if op.get("default_selected")] or [
+            str(op["op_id"]) for op in patch.ops
+        ]
+        target = [f"--user {shlex.quote(args.user)}"]
+        if _pack(args) is not None:
+            target.append(f"--pack {shlex.quote(str(args.pack))}")
+        elif args.dsn != _default_dsn():
+            target.append(f"--dsn {shlex.quote(str(args.dsn))}")
         console.print(
-            f"written for review; apply with: prme-pg curate {patch.patch_id} --user {escape(shlex.quote(args.user))} "
-            "--select op_001,op_002",
+            escape(f"written for review; apply with: prme-pg curate {patch.patch_id} {' '.join(target)} ")
+            + f"--select {','.join(chosen)}",
             soft_wrap=True,  # a command to copy: never broken into lines
         )
     return EXIT_OK
@@ -1008,7 +1051,9 @@ def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
     try:
         from . import mcp_server
     except ImportError as exc:
-        raise UsageError(f"the MCP server needs the mcp extra: pip install 'prme-pg[mcp]' ({exc})") from exc
+        raise UsageError(
+            f"the MCP server needs the mcp extra: in the prme-pg clone, pip install '.[mcp]' ({exc})"
+        ) from exc
     if args.transport == "stdio" and args.user is None:
         raise UsageError("stdio serves one owner: pass --user")
     from .http.limits import Limits
@@ -1110,7 +1155,9 @@ def _queue_metrics(args: argparse.Namespace) -> contextlib.AbstractContextManage
     try:
         from .metrics import TextfileWriter, queue_registry
     except ImportError as exc:
-        raise UsageError(f"metrics need prometheus-client: pip install 'prme-pg[http]' ({exc})") from exc
+        raise UsageError(
+            f"metrics need prometheus-client: in the prme-pg clone, pip install '.[http]' ({exc})"
+        ) from exc
     writer = TextfileWriter(args.metrics_textfile, queue_registry(args.pack), interval=args.metrics_interval)
     try:
         writer.write()  # an unwritable path is a usage error before any work starts
@@ -1422,6 +1469,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="prme-pg",
         description="prme-pg: a PostgreSQL-native memory engine for AI agents.",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"prme-pg {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(
@@ -1547,6 +1597,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PROXY_DSN",
         help="run an executor on every shard of this proxy's cluster definition (default: none)",
     )
+
+    remember = add("add", "Add a memory of one owner (on a pack or a database).", cmd_add)
+    add_dsn(remember)
+    remember.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
+    remember.add_argument("content", help="the memory, one self-contained statement")
+    _add_user(remember)
+    remember.add_argument("--scope", default="personal", help="which part of the owner's life it belongs to")
+    remember.add_argument("--kind", default="fact", help="what sort of memory it is")
+    remember.add_argument(
+        "--evidence",
+        default=None,
+        help="the user's own words, stored as its evidence and confirming it (default: none)",
+    )
+    _flag_names(remember, content="CONTENT")
 
     recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
     add_dsn(recall)

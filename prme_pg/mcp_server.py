@@ -41,7 +41,7 @@ import rfc8785
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Send
@@ -197,10 +197,28 @@ def _owner_resolver(user_id: str | None) -> OwnerFn:
     return owner
 
 
+class _Server(MCPServer):
+    """MCPServer whose argument errors read as one line per field, without pydantic's
+    "For further information visit https://errors.pydantic.dev/..." (noise for a model)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            fields = "; ".join(
+                f"{'.'.join(str(part) for part in error['loc']) or 'arguments'}: {error['msg']}"
+                for error in cause.errors(include_url=False)
+            )
+            raise ToolError(f"Error executing tool {name}: invalid arguments: {fields}") from cause
+
+
 def create_server(client: AsyncMemoryClient, *, user_id: str | None = None, limits: Limits | None = None) -> MCPServer:
     """The MCP server over an open client, for one owner (``user_id``) or the token's owner per
     request; ``limits``: the calls of one owner at once (default half the pool, at least 1)."""
-    server: MCPServer = MCPServer("prme-pg", instructions=INSTRUCTIONS, log_level="WARNING")
+    server: MCPServer = _Server("prme-pg", instructions=INSTRUCTIONS, log_level="WARNING")
     owner = _owner_resolver(user_id)
     limits = limits or Limits()
     pool = getattr(client.backend, "pool", None)
@@ -387,9 +405,10 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None, limi
         return {"total": len(rows), "recommendations": [_jsonable(row) for row in rows[:limit]]}
 
     @server.tool(
-        description="The user's published memory snapshots as one prompt text within budget_bytes, "
-        "scopes in priority order. Use it to load context at the start of a conversation.",
-        annotations=reads,
+        description="The user's memories of the given scopes as one prompt text within budget_bytes, "
+        "scopes in priority order. Use it to load context at the start of a conversation. Each scope's "
+        "current memories are published as its snapshot first (nothing new is written when unchanged).",
+        annotations=writes,
     )
     async def prompt(
         ctx: Context,
@@ -397,6 +416,10 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None, limi
         budget_bytes: Annotated[int, Field(ge=1, le=1_048_576, description="UTF-8 bytes at most")] = 8192,
     ) -> dict[str, Any]:
         async with call(ctx) as user:
+            # Published on demand: a snapshot no one published would make the prompt empty. A publish
+            # of unchanged memories keeps the current generation (content-addressed, docs/SNAPSHOTS.md).
+            for scope in dict.fromkeys(scopes):
+                await client.publish_snapshot(scope, user_id=user)
             assembled = await client.assemble_prompt(scopes, user_id=user, budget_bytes=budget_bytes)
         return dict(_jsonable(assembled))
 

@@ -321,7 +321,7 @@ def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[Jour
 
 @dataclass(frozen=True, slots=True)
 class AuthenticateApiToken(Request[bool]):
-    """Whether token_sha256 is a live bearer token of user_id (PostgreSQL only)."""
+    """Whether token_sha256 is a live bearer token of user_id."""
 
     user_id: str
     token_sha256: str
@@ -329,7 +329,7 @@ class AuthenticateApiToken(Request[bool]):
 
 @dataclass(frozen=True, slots=True)
 class CreateApiToken(Request[datetime]):
-    """Register the sha256 of a new bearer token of user_id (PostgreSQL only); returns its creation time."""
+    """Register the sha256 of a new bearer token of user_id; returns its creation time."""
 
     user_id: str
     token_sha256: str
@@ -338,7 +338,7 @@ class CreateApiToken(Request[datetime]):
 
 @dataclass(frozen=True, slots=True)
 class RevokeApiToken(Request[bool]):
-    """Revoke a live bearer token of user_id by its sha256 (PostgreSQL only); false when none matched."""
+    """Revoke a live bearer token of user_id by its sha256; false when none matched."""
 
     user_id: str
     token_sha256: str
@@ -351,7 +351,7 @@ class GetReadiness(Request[tuple[bool, list[str]]]):
 
 @dataclass(frozen=True, slots=True)
 class Recall(Request[list[RecallHit]]):
-    """Full-text recall over the memories of user_id (PostgreSQL only)."""
+    """Full-text recall over the memories of user_id."""
 
     user_id: str
     query: str | None
@@ -362,7 +362,7 @@ class Recall(Request[list[RecallHit]]):
 
 @dataclass(frozen=True, slots=True)
 class PublishSnapshot(Request[PublishResult]):
-    """Publish the current generation of (user_id, scope) (PostgreSQL only)."""
+    """Publish the current generation of (user_id, scope)."""
 
     user_id: str
     scope: str
@@ -373,7 +373,7 @@ class PublishSnapshot(Request[PublishResult]):
 
 @dataclass(frozen=True, slots=True)
 class GetCurrentSnapshot(Request[Snapshot]):
-    """The current generation of (user_id, scope), verified (PostgreSQL only)."""
+    """The current generation of (user_id, scope), verified."""
 
     user_id: str
     scope: str
@@ -381,7 +381,7 @@ class GetCurrentSnapshot(Request[Snapshot]):
 
 @dataclass(frozen=True, slots=True)
 class GetSnapshot(Request[Snapshot]):
-    """One generation of (user_id, scope) by id, verified (PostgreSQL only)."""
+    """One generation of (user_id, scope) by id, verified."""
 
     user_id: str
     scope: str
@@ -390,7 +390,7 @@ class GetSnapshot(Request[Snapshot]):
 
 @dataclass(frozen=True, slots=True)
 class AssemblePrompt(Request[AssembledPrompt]):
-    """Prompt text from the current generations of scopes within budget_bytes (PostgreSQL only)."""
+    """Prompt text from the current generations of scopes within budget_bytes."""
 
     user_id: str
     scopes: tuple[str, ...]
