@@ -319,3 +319,26 @@ CREATE TABLE IF NOT EXISTS prme.patch_ops (
     PRIMARY KEY (user_id, patch_id, op_no),
     UNIQUE (user_id, patch_id, op_id)
 );
+
+-- Embeddings (sql/postgres/305_embeddings.sql): the registered models (rows of the reserved
+-- owner '*'), and each memory's vector per model, or the error of a failed attempt. Derived
+-- state: no journal record names them and no confirmation writes them. A pack written before
+-- these tables existed gains them, empty, when opened (its memories await `prme-pg embed`).
+CREATE TABLE IF NOT EXISTS prme.embedding_models (
+    user_id VARCHAR NOT NULL CHECK (user_id = '*'),
+    model_id VARCHAR NOT NULL CHECK (length(model_id) BETWEEN 1 AND 200),
+    dimensions INTEGER NOT NULL CHECK (dimensions BETWEEN 1 AND 4096),
+    created_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, model_id)
+);
+
+CREATE TABLE IF NOT EXISTS prme.node_embeddings (
+    user_id VARCHAR NOT NULL,
+    node_id UUID NOT NULL,
+    model_id VARCHAR NOT NULL,
+    embedding FLOAT [],
+    error VARCHAR CHECK (length(error) <= 2000),
+    embedded_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (user_id, model_id, node_id),
+    CHECK ((embedding IS NULL) <> (error IS NULL))
+);

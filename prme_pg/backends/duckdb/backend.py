@@ -23,6 +23,7 @@ from .. import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
+    EmbeddingStatusRequest,
     FindNodes,
     GetCurrentSnapshot,
     GetJournalRecords,
@@ -44,9 +45,11 @@ from .. import (
     ListNodes,
     ListOperationEvents,
     MarkReviewed,
+    PendingEmbeddings,
     PublishSnapshot,
     Recall,
     RecordOutcome,
+    RegisterEmbeddingModel,
     Reinforce,
     ReplayNode,
     Request,
@@ -54,11 +57,13 @@ from .. import (
     ResolveCorrection,
     RevokeApiToken,
     SetMaintenanceSetting,
+    StoreEmbeddings,
     SubmitOperation,
     VerifyJournal,
 )
 from .connection import DEFAULT_PATH, PackClosedError, sql_directory
 from .corrections import CorrectionOperations, is_correction_text
+from .embeddings import EmbeddingOperations
 from .journal import JournalOperations
 from .maintenance import MaintenanceOperations
 from .nodes import NodeOperations
@@ -80,6 +85,7 @@ class DuckDBBackend(
     MaintenanceOperations,
     PatchOperations,
     RecallOperations,
+    EmbeddingOperations,
     TokenOperations,
     SnapshotOperations,
 ):
@@ -205,6 +211,14 @@ class DuckDBBackend(
                 return self.get_patch(request)
             case ApplyPatch():
                 return self.apply_patch(request)
+            case RegisterEmbeddingModel():
+                return self.register_embedding_model(request)
+            case PendingEmbeddings():
+                return self.pending_embeddings(request)
+            case StoreEmbeddings():
+                return self.store_embeddings(request)
+            case EmbeddingStatusRequest():
+                return self.embedding_status(request)
             case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():
                 raise NotOnPack(
                     f"{type(request).__name__} needs PostgreSQL: a memory pack has no operations ledger "

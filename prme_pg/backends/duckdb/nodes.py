@@ -21,6 +21,7 @@ from .. import (
     Reinforce,
 )
 from .connection import PackConnection, _Retry
+from .embeddings import INSERT_EMBEDDING, valid_embedding
 from .maintenance import _setting
 from .recall import INSERT_WORDS
 from .records import reinforce_entry
@@ -170,6 +171,18 @@ class NodeOperations(PackConnection):
                 INSERT_WORDS, {"user_id": state["user_id"], "node_id": state["id"], "content": state["content"]}
             )
             _append_record(con, state, "create", operation_id, record, checksum, prev_checksum=None)
+            vector = valid_embedding(con, request.embedding_model, request.embedding)
+            if vector is not None:
+                con.execute(
+                    INSERT_EMBEDDING,
+                    {
+                        "user_id": state["user_id"],
+                        "node_id": state["id"],
+                        "model_id": request.embedding_model,
+                        "embedding": vector.tolist(),
+                        "now": now,
+                    },
+                )
             return _node(state)
 
         return self.run(work)

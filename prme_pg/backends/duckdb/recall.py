@@ -19,6 +19,7 @@ from .. import (
     recall_hit,
 )
 from .connection import PackConnection
+from .embeddings import valid_embedding
 from .rows import _NODE_COLUMNS, _NODE_NAMES, _node_from_values
 from .validation import _MAX_TEXT_BYTES, _STABILITIES, _no_nul, _valid_scopes, valid_timestamp
 
@@ -76,24 +77,90 @@ ORDER BY r.score DESC, r.id
 RECALL_ALL = _RECALL.format(
     scores=_RECALL_SCORES.format(relevance="CAST(1.0 AS DOUBLE)", shared="", nodes="prme.nodes AS n")
 )
-# The share of the query's words a memory has: its matching rows in node_words, found by
-# {has_word}. DuckDB turns a list of five or more words into a join marking every row of
-# node_words, then a filter; a semi join with the words is about 1 ms faster from
-# five words on, the list's filter faster below (bench/client_bench.py --recall-only).
-_RECALL_WORDS = _RECALL.format(
-    scores=_RECALL_SCORES.format(
-        relevance="CAST(n.shared AS DOUBLE) / CAST($word_count AS DOUBLE)",
-        shared="m.shared,",
-        nodes="""(
-        SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w
-        WHERE w.user_id = $user_id AND {has_word}
-        GROUP BY w.node_id
-    ) AS m
-    JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id""",
-    )
+# Hybrid relevance (prme.recall, sql/postgres/310_recall.sql): the candidates are the memories
+# sharing a word with the query (node_words) and, given a query vector, the 100 (or max_count)
+# nearest by inner product (unit vectors: the cosine), ties by id. A word's weight is BM25's idf
+# among the candidates; lexical relevance is the weight of the query's words a memory has over
+# the weight of all of them; with a vector, relevance = 0.6 lexical + 0.4 max(cosine, 0).
+_HYBRID = """
+WITH matched AS (
+    SELECT w.node_id AS id, w.word
+    FROM prme.node_words AS w
+    JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = w.node_id
+    WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word)
+      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
+),
+nearest AS ({nearest}),
+candidates AS (SELECT id FROM matched UNION SELECT id FROM nearest),
+weights AS (
+    SELECT q.word,
+        ln(1 + (CAST((SELECT count(*) FROM candidates) AS DOUBLE) - count(m.id) + 0.5) / (count(m.id) + 0.5)) AS weight
+    FROM (SELECT unnest(CAST($words AS VARCHAR [])) AS word) AS q
+    LEFT JOIN matched AS m ON m.word = q.word
+    GROUP BY q.word
+),
+lexical AS (
+    SELECT m.id, sum(w.weight) / (SELECT sum(a.weight) FROM weights AS a) AS share
+    FROM matched AS m JOIN weights AS w ON w.word = m.word
+    GROUP BY m.id
+),
+similarity AS ({similarity}),
+scored AS (
+    SELECT c.id, {relevance} AS relevance
+    FROM candidates AS c
+    LEFT JOIN lexical AS l ON l.id = c.id
+    LEFT JOIN similarity AS s ON s.id = c.id
 )
-RECALL_FEW_WORDS = _RECALL_WORDS.format(has_word="list_contains(CAST($words AS VARCHAR []), w.word)")
-RECALL_WORDS = _RECALL_WORDS.format(has_word="w.word IN (SELECT unnest(CAST($words AS VARCHAR [])))")
+SELECT r.score, r.relevance, r.effective_salience, r.effective_confidence, n.id, n.namespace, n.scope,
+    n.kind, n.content, n.lifecycle_state, n.decay_profile, n.confidence_base, n.salience_base,
+    n.reinforcement_boost, n.last_reinforced_at, n.created_at, n.updated_at, n.version
+FROM (
+    SELECT d.*, d.relevance * (CAST(0.5 AS DOUBLE) + CAST(0.25 AS DOUBLE) * d.effective_salience
+        + CAST(0.25 AS DOUBLE) * d.effective_confidence) AS score
+    FROM (
+        SELECT n.id, CAST(m.relevance AS DOUBLE) AS relevance,
+            prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
+                AS effective_salience,
+            prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
+        FROM scored AS m
+        JOIN (
+            SELECT n.id, n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile,
+                prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
+            FROM prme.nodes AS n
+            WHERE n.user_id = $user_id
+        ) AS n ON n.id = m.id
+    ) AS d
+    ORDER BY score DESC, d.id
+    LIMIT $max_count
+) AS r
+JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = r.id
+ORDER BY r.score DESC, r.id
+"""
+RECALL_WORDS = _HYBRID.format(
+    nearest="SELECT CAST(NULL AS UUID) AS id WHERE false",
+    similarity="SELECT CAST(NULL AS UUID) AS id, CAST(NULL AS DOUBLE) AS cosine WHERE false",
+    relevance="coalesce(l.share, 0)",
+)
+RECALL_HYBRID = _HYBRID.format(
+    nearest="""
+    SELECT e.node_id AS id
+    FROM prme.node_embeddings AS e
+    JOIN prme.nodes AS n ON n.user_id = e.user_id AND n.id = e.node_id
+    WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL
+      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
+    ORDER BY list_inner_product(e.embedding, CAST($vector AS FLOAT [])) DESC, e.node_id
+    LIMIT greatest(100, $max_count)
+    """,
+    similarity="""
+    SELECT e.node_id AS id, CAST(list_inner_product(e.embedding, CAST($vector AS FLOAT [])) AS DOUBLE) AS cosine
+    FROM prme.node_embeddings AS e
+    WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL
+      AND e.node_id IN (SELECT c.id FROM candidates AS c)
+    """,
+    relevance="0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(s.cosine, 0), 0)",
+)
 
 
 def recall_hits(rows: list[tuple[Any, ...]]) -> list[RecallHit]:
@@ -144,6 +211,7 @@ class RecallOperations(PackConnection):
                 "as_of": as_of or self._clock(),
                 "max_count": request.max_count,
             }
+            vector = valid_embedding(con, request.embedding_model, request.query_embedding)
             if blank:
                 rows = con.execute(RECALL_ALL, params).fetchall()
             else:
@@ -151,13 +219,16 @@ class RecallOperations(PackConnection):
                 words = found[0] if found is not None else []
                 if len(words) > 1024:
                     raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
-                if not words:
-                    return []  # only stop words and punctuation: nothing can match
-                statement = RECALL_FEW_WORDS if len(words) < 5 else RECALL_WORDS
-                rows = con.execute(statement, {**params, "words": words, "word_count": len(words)}).fetchall()
+                if vector is not None:
+                    params.update(model_id=request.embedding_model, vector=vector.tolist())
+                    rows = con.execute(RECALL_HYBRID, {**params, "words": words}).fetchall()
+                elif words:
+                    rows = con.execute(RECALL_WORDS, {**params, "words": words}).fetchall()
+                else:
+                    return []  # only stop words and punctuation, and no vector: nothing can match
             return recall_hits(rows)
 
-        # Two statements, but the first (the query's words) reads no table.
+        # The query's words (a statement that reads no table), then one ranking statement.
         return self.read(work)
 
     def find_nodes(self, request: FindNodes) -> list[Node]:

@@ -1,0 +1,194 @@
+"""Embeddings (sql/postgres/305_embeddings.sql): the registered models, each memory's vector per
+model as derived state, and the embedding worker's reads and writes, with the same rules and
+messages. Vectors are DuckDB FLOAT lists; similarity is DuckDB's own list_inner_product."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from ...embeddings import MAX_DIMENSIONS, MAX_MODEL_ID_LENGTH, Vector
+from ...errors import IdempotencyConflict, InvalidInput
+from ...models import EmbeddingStatus, PendingEmbedding
+from .. import EmbeddingStatusRequest, PendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
+from .connection import PackConnection
+
+_MAX_ERROR_LENGTH = 2000
+
+INSERT_EMBEDDING = (
+    "INSERT INTO prme.node_embeddings (user_id, node_id, model_id, embedding, error, embedded_at) "
+    "VALUES ($user_id, $node_id, $model_id, CAST($embedding AS FLOAT []), NULL, $now)"
+)
+# A memory the recall may return and with no vector by the model (with retry_failed, or only
+# a recorded failure), in (user_id, node_id) order after the given one.
+_PENDING = """
+SELECT n.user_id, n.id, n.content
+FROM prme.nodes AS n
+WHERE ($after_user_id IS NULL OR (n.user_id, n.id) > ($after_user_id, CAST($after_node_id AS UUID)))
+  AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+  AND NOT EXISTS (
+      SELECT 1 FROM prme.node_embeddings AS e
+      WHERE e.user_id = n.user_id AND e.model_id = $model_id AND e.node_id = n.id
+        AND (e.embedding IS NOT NULL OR NOT $retry_failed)
+  )
+ORDER BY n.user_id, n.id
+LIMIT $max_count
+"""
+_BATCH = """
+SELECT unnest(CAST($user_ids AS VARCHAR [])) AS user_id, unnest(CAST($node_ids AS UUID [])) AS node_id,
+    unnest(CAST($vectors AS FLOAT [] [])) AS embedding, unnest(CAST($errors AS VARCHAR [])) AS error
+"""
+_FORGET_FAILURES = f"""
+DELETE FROM prme.node_embeddings AS e
+USING ({_BATCH}) AS i
+WHERE e.user_id = i.user_id AND e.node_id = i.node_id AND e.model_id = $model_id AND e.embedding IS NULL
+"""
+# The batch's memories that exist and have no vector yet, each once.
+_STORE = f"""
+INSERT INTO prme.node_embeddings (user_id, node_id, model_id, embedding, error, embedded_at)
+SELECT i.user_id, i.node_id, $model_id, CASE WHEN i.error IS NULL THEN i.embedding END, i.error, $now
+FROM ({_BATCH}) AS i
+WHERE EXISTS (SELECT 1 FROM prme.nodes AS n WHERE n.user_id = i.user_id AND n.id = i.node_id)
+  AND NOT EXISTS (
+      SELECT 1 FROM prme.node_embeddings AS e
+      WHERE e.user_id = i.user_id AND e.model_id = $model_id AND e.node_id = i.node_id
+  )
+QUALIFY row_number() OVER (PARTITION BY i.user_id, i.node_id) = 1
+"""
+_STATUS = """
+SELECT
+    (SELECT count(*) FROM prme.nodes AS n
+     WHERE n.lifecycle_state NOT IN ('archived', 'deprecated')
+       AND NOT EXISTS (
+           SELECT 1 FROM prme.node_embeddings AS e
+           WHERE e.user_id = n.user_id AND e.model_id = $model_id AND e.node_id = n.id
+       )),
+    (SELECT count(*) FROM prme.node_embeddings AS e WHERE e.model_id = $model_id AND e.error IS NOT NULL)
+"""
+
+
+def _model_dimensions(con: duckdb.DuckDBPyConnection, model_id: str) -> int:
+    row = con.execute(
+        "SELECT dimensions FROM prme.embedding_models WHERE user_id = '*' AND model_id = $model_id",
+        {"model_id": model_id},
+    ).fetchone()
+    if row is None:
+        raise InvalidInput(
+            f"unknown embedding model '{model_id[:MAX_MODEL_ID_LENGTH]}': register it first with "
+            "register_embedding_model(model_id, dimensions)"
+        )
+    return int(row[0])
+
+
+def valid_embedding(con: duckdb.DuckDBPyConnection, model_id: str | None, embedding: Vector | None) -> Vector | None:
+    """prme._valid_embedding: the vector if it fits its registered model, else InvalidInput; None stays None."""
+    if embedding is None:
+        return None
+    if model_id is None:
+        raise InvalidInput("an embedding needs its embedding_model")
+    dimensions = _model_dimensions(con, model_id)
+    vector = np.asarray(embedding, dtype=np.float32)
+    if vector.ndim != 1 or vector.size != dimensions:
+        raise InvalidInput(f"embedding must have {dimensions} dimensions for model '{model_id}'")
+    if not np.isfinite(vector).all():
+        raise InvalidInput("embedding must hold finite numbers (no NULL, NaN or infinity)")
+    return vector
+
+
+def _valid_model_id(model_id: object) -> str:
+    if (
+        not isinstance(model_id, str)
+        or not 1 <= len(model_id) <= MAX_MODEL_ID_LENGTH
+        or any(not character.isprintable() for character in model_id)
+    ):
+        raise InvalidInput(f"embedding model id must be 1 to {MAX_MODEL_ID_LENGTH} characters, no control characters")
+    return model_id
+
+
+class EmbeddingOperations(PackConnection):
+    def register_embedding_model(self, request: RegisterEmbeddingModel) -> bool:
+        model_id = _valid_model_id(request.model_id)
+        dimensions = request.dimensions
+        if isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= MAX_DIMENSIONS:
+            raise InvalidInput(f"embedding dimensions must be between 1 and {MAX_DIMENSIONS}")
+
+        def work(con: duckdb.DuckDBPyConnection) -> bool:
+            con.execute(
+                "INSERT INTO prme.embedding_models (user_id, model_id, dimensions, created_at) "
+                "VALUES ('*', $model_id, $dimensions, $now) ON CONFLICT DO NOTHING",
+                {"model_id": model_id, "dimensions": dimensions, "now": self._clock()},
+            )
+            registered = _model_dimensions(con, model_id)
+            if registered != dimensions:
+                raise IdempotencyConflict(
+                    f"embedding model '{model_id}' is registered with {registered} dimensions, not {dimensions}"
+                )
+            return True  # a pack always searches by meaning
+
+        return self.run(work)
+
+    def pending_embeddings(self, request: PendingEmbeddings) -> list[PendingEmbedding]:
+        if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 10000:
+            raise InvalidInput("max_count must be between 1 and 10000")
+        params: dict[str, Any] = {
+            "model_id": request.model_id,
+            "max_count": request.max_count,
+            "retry_failed": bool(request.retry_failed),
+            "after_user_id": None if request.after is None else request.after[0],
+            "after_node_id": None if request.after is None else request.after[1],
+        }
+        rows = self.read(lambda con: con.execute(_PENDING, params).fetchall())
+        return [PendingEmbedding(*row) for row in rows]
+
+    def store_embeddings(self, request: StoreEmbeddings) -> int:
+        count = len(request.items)
+        if count > 10000:
+            raise InvalidInput("at most 10000 embeddings per call")
+        if len(request.errors) != count:
+            raise InvalidInput("errors must have one entry per node_id")
+
+        def work(con: duckdb.DuckDBPyConnection) -> int:
+            dimensions = _model_dimensions(con, request.model_id)
+            if count == 0:
+                return 0
+            vectors = np.asarray(request.vectors, dtype=np.float32)
+            if vectors.shape != (count, dimensions):
+                raise InvalidInput(f"embeddings must hold {count} vectors of {dimensions} numbers, one after another")
+            if not np.isfinite(vectors).all():
+                raise InvalidInput("embeddings must hold finite numbers (no NULL, NaN or infinity)")
+            batch = {
+                "model_id": request.model_id,
+                "user_ids": [user_id for user_id, _ in request.items],
+                "node_ids": [node_id for _, node_id in request.items],
+                "vectors": vectors.tolist(),
+                "errors": [None if error is None else error[:_MAX_ERROR_LENGTH] for error in request.errors],
+                "now": self._clock(),
+            }
+            # A recorded failure is replaced (delete, then insert: DuckDB stores an update of a
+            # LIST column that way anyway); a vector is kept (its content never changes).
+            con.execute(_FORGET_FAILURES, batch)
+            row = con.execute(_STORE, batch).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return self.run(work)
+
+    def embedding_status(self, request: EmbeddingStatusRequest) -> EmbeddingStatus:
+        def work(con: duckdb.DuckDBPyConnection) -> EmbeddingStatus:
+            model = con.execute(
+                "SELECT dimensions FROM prme.embedding_models WHERE user_id = '*' AND model_id = $model_id",
+                {"model_id": request.model_id},
+            ).fetchone()
+            counts = con.execute(_STATUS, {"model_id": request.model_id}).fetchone()
+            assert counts is not None
+            return EmbeddingStatus(
+                model_id=request.model_id,
+                vector_search=True,
+                registered=model is not None,
+                dimensions=None if model is None else int(model[0]),
+                pending=int(counts[0]),
+                failed=int(counts[1]),
+            )
+
+        return self.read(work)
