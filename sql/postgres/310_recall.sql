@@ -231,10 +231,12 @@ BEGIN
             WHERE w.word = ANY ($2)
         ),
         -- BM25's idf of each of the query's words among the candidates (a word no
-        -- candidate has weighs the most, and lowers every memory's share alike).
+        -- candidate has weighs the most, and lowers every memory's share alike), in
+        -- double precision as the pack computes it.
         weights AS (
             SELECT q.word,
-                ln(1 + ((SELECT count(*) FROM candidates) - count(p.id) + 0.5) / (count(p.id) + 0.5)) AS weight
+                ln(1 + ((SELECT count(*) FROM candidates)::double precision - count(p.id) + 0.5) / (count(p.id) + 0.5))
+                    AS weight
             FROM unnest($2) AS q (word)
             LEFT JOIN pairs AS p ON p.word = q.word
             GROUP BY q.word
@@ -247,7 +249,8 @@ BEGIN
         scored AS (
             SELECT c.id,
                 CASE WHEN $6 IS NULL THEN coalesce(l.share, 0)
-                     ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(s.cosine, 0), 0)
+                     ELSE 0.6::double precision * coalesce(l.share, 0)
+                          + 0.4::double precision * greatest(coalesce(s.cosine, 0), 0)
                 END AS relevance
             FROM candidates AS c
             LEFT JOIN lexical AS l ON l.id = c.id

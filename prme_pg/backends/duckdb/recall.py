@@ -95,7 +95,8 @@ nearest AS ({nearest}),
 candidates AS (SELECT id FROM matched UNION SELECT id FROM nearest),
 weights AS (
     SELECT q.word,
-        ln(1 + (CAST((SELECT count(*) FROM candidates) AS DOUBLE) - count(m.id) + 0.5) / (count(m.id) + 0.5)) AS weight
+        ln(1 + (CAST((SELECT count(*) FROM candidates) AS DOUBLE) - count(m.id) + 0.5)
+            / (CAST(count(m.id) AS DOUBLE) + 0.5)) AS weight
     FROM (SELECT unnest(CAST($words AS VARCHAR [])) AS word) AS q
     LEFT JOIN matched AS m ON m.word = q.word
     GROUP BY q.word
@@ -159,7 +160,7 @@ RECALL_HYBRID = _HYBRID.format(
     WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL
       AND e.node_id IN (SELECT c.id FROM candidates AS c)
     """,
-    relevance="0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(s.cosine, 0), 0)",
+    relevance="CAST(0.6 AS DOUBLE) * coalesce(l.share, 0) + CAST(0.4 AS DOUBLE) * greatest(coalesce(s.cosine, 0), 0)",
 )
 
 
