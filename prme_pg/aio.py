@@ -29,6 +29,7 @@ from .backends import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
+    EmbeddingStatusRequest,
     GetCurrentSnapshot,
     GetJournalRecords,
     GetLedgerStatus,
@@ -87,6 +88,7 @@ from .models import (
     AssembledPrompt,
     CorrectionInboxEntry,
     CorrectionLink,
+    EmbeddingStatus,
     Event,
     JournalIssue,
     JournalRecord,
@@ -250,6 +252,19 @@ class AsyncMemoryClient:
     def embedder(self) -> Embedder | None:
         """The embedder this client runs before it writes and recalls (None: words only); loaded on first use."""
         return self._embeddings.embedder()
+
+    @property
+    def embedder_loaded(self) -> bool:
+        """Whether the embedder has been loaded (the first write or recall loads it)."""
+        return self._embeddings.loaded
+
+    async def embedding_status(self) -> EmbeddingStatus | None:
+        """For the client's embedder (None without one): whether the engine searches by meaning, and how
+        many memories of every owner await a vector (``prme.embedding_status``; docs/RECALL.md)."""
+        embedder = await self._registered_embedder()
+        if embedder is None:
+            return None
+        return await self._backend.execute(EmbeddingStatusRequest(model_id=embedder.model_id))
 
     async def _registered_embedder(self) -> Embedder | None:
         # Loading the model reads 16 MB from disk: in a thread, off the event loop.

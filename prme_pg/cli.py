@@ -336,6 +336,7 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
     with _connect(dsn) as conn:
         states = migrations.status(conn)
     pending = [s for s in states if not s.applied]
+    embedding = None if pending else _embedding_status(dsn)
     if args.json:
         _print_json(
             {
@@ -350,6 +351,7 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
                 ],
                 "pending": len(pending),
                 "current": not pending,
+                "embedding": embedding,
             }
         )
     else:
@@ -363,8 +365,40 @@ def cmd_status(args: argparse.Namespace, console: Console) -> int:
             console.print(f"{len(pending)} migration(s) pending: run prme-pg migrate")
         else:
             console.print("schema is current")
+        if embedding is not None:
+            console.print(_embedding_line(embedding), markup=False, highlight=False)
     # A check for scripts and deployments: exit 1 while the schema is not current.
     return EXIT_FAILURE if pending else EXIT_OK
+
+
+def _embedding_status(dsn: str) -> dict[str, Any]:
+    """Recall by meaning on this database, for `status`: the configured model and what awaits it."""
+    from .client import MemoryClient
+
+    try:
+        with MemoryClient(dsn, min_size=1, max_size=1, timeout=CONNECT_TIMEOUT) as memory:
+            status = memory.embedding_status()
+    except PrmeError as exc:
+        return {"error": str(exc)}
+    if status is None:
+        return {"model_id": None}
+    return dataclasses.asdict(status)
+
+
+def _embedding_line(embedding: dict[str, Any]) -> str:
+    if "error" in embedding:
+        return f"recall by meaning: unavailable ({_one_line(embedding['error'])}); recall matches words"
+    if embedding.get("model_id") is None:
+        return "recall by meaning: off (PRME_EMBEDDER=none); recall matches words"
+    line = f"recall by meaning: model {embedding['model_id']} ({embedding['dimensions']} dimensions), loaded"
+    if not embedding["vector_search"]:
+        line += "; no pgvector on the server: recall matches words (docs/RECALL.md)"
+    line += f"; {embedding['pending']} memories await a vector"
+    if embedding["pending"]:
+        line += " (prme-pg embed)"
+    if embedding["failed"]:
+        line += f"; {embedding['failed']} failed (prme-pg embed --retry-failed)"
+    return line
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:

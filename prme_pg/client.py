@@ -44,6 +44,7 @@ from .backends import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
+    EmbeddingStatusRequest,
     FindNodes,
     GetCurrentSnapshot,
     GetJournalRecords,
@@ -92,6 +93,7 @@ from .models import (
     AssembledPrompt,
     CorrectionInboxEntry,
     CorrectionLink,
+    EmbeddingStatus,
     Event,
     JournalIssue,
     JournalRecord,
@@ -670,6 +672,19 @@ class MemoryClient:
     def embedder(self) -> Embedder | None:
         """The embedder this client runs before it writes and recalls (None: words only); loaded on first use."""
         return self._embeddings.embedder()
+
+    @property
+    def embedder_loaded(self) -> bool:
+        """Whether the embedder has been loaded (the first write or recall loads it)."""
+        return self._embeddings.loaded
+
+    def embedding_status(self) -> EmbeddingStatus | None:
+        """For the client's embedder (None without one): whether the engine searches by meaning, and how
+        many memories of every owner await a vector (``prme.embedding_status``; docs/RECALL.md)."""
+        embedder = self._registered_embedder()
+        if embedder is None:
+            return None
+        return self._backend.execute(EmbeddingStatusRequest(model_id=embedder.model_id))
 
     def _registered_embedder(self) -> Embedder | None:
         embedder = self._embeddings.embedder()

@@ -19,7 +19,7 @@ from uuid import UUID
 
 import numpy as np
 
-from .backends import EmbeddingStatusRequest, PendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
+from .backends import PendingEmbeddings, StoreEmbeddings
 from .client import MemoryClient
 from .embeddings import Embedder, EmbeddingError, Vectors, embed_texts
 from .errors import InvalidInput
@@ -52,8 +52,10 @@ def _embedder(client: MemoryClient) -> Embedder:
 
 def embedding_status(client: MemoryClient) -> EmbeddingStatus:
     """The engine's answer for the client's embedder: vector search, registration, pending and failed counts."""
-    embedder = _embedder(client)
-    return client.backend.execute(EmbeddingStatusRequest(model_id=embedder.model_id))
+    _embedder(client)
+    status = client.embedding_status()
+    assert status is not None
+    return status
 
 
 def _vectors(embedder: Embedder, batch: list[PendingEmbedding]) -> tuple[Vectors, list[str | None]]:
@@ -88,8 +90,7 @@ def embed_pending(
     embedder = _embedder(client)
     started = time.perf_counter()
     backend = client.backend
-    backend.execute(RegisterEmbeddingModel(model_id=embedder.model_id, dimensions=embedder.dimensions))
-    status = embedding_status(client)
+    status = embedding_status(client)  # registers the model first
     total = status.pending + (status.failed if retry_failed else 0)
     embedded = failed = batches = 0
     after: tuple[str, UUID] | None = None

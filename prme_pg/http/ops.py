@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import __version__, migrations
 from ..aio import AsyncMemoryClient
 from ..backends.duckdb import AsyncDuckDBBackend
-from ..errors import SchemaMissing
+from ..errors import PrmeError, SchemaMissing
 from ..sqlstate import describe
 from .dependencies import Client
 from .strict_json import StrictJSONRoute
@@ -38,7 +38,10 @@ class Health(BaseModel):
 
 
 class Capabilities(BaseModel):
-    """What the server can do now, each true or false; more may be added (clients ignore unknown ones)."""
+    """What the server can do now, each true or false; more may be added (clients ignore unknown ones).
+
+    ``model_executor`` (the embedding model is loaded) and ``search_index`` (the engine compares
+    vectors) come with ``embedding``; they are informative and never make the server unready."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -52,6 +55,15 @@ class Capabilities(BaseModel):
     )
 
 
+class EmbeddingReadiness(BaseModel):
+    """Recall by meaning: the configured model and what awaits it (informative: never makes the server unready)."""
+
+    model_id: str | None = Field(description="the embedder's model id; null when embedding is off (PRME_EMBEDDER=none)")
+    loaded: bool = Field(description="the model is loaded (this request loads it when it was not)")
+    vector_search: bool = Field(description="the engine compares vectors (PostgreSQL: pgvector is installed)")
+    pending: int | None = Field(description="memories of every owner without a vector by this model (prme-pg embed)")
+
+
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready"] = Field(
         description="ready when storage and ledger are (on a memory pack, which has no ledger: when storage is)"
@@ -59,9 +71,15 @@ class Readiness(BaseModel):
     capabilities: Capabilities
     ingestion_ready: bool = Field(description="writes and ledger submits are taken now (storage and ledger)")
     search_ready: bool = Field(
-        description="recall answers now (storage): its index is kept by every write, so there is no warm-up"
+        description=(
+            "recall answers now (storage): its indexes are kept by every write, and this request has loaded the "
+            "embedding model"
+        )
     )
     detail: str = Field(description="ready, or why not")
+    embedding: EmbeddingReadiness | None = Field(
+        default=None, description="recall by meaning; null when the database did not answer"
+    )
 
 
 @cache
@@ -97,6 +115,14 @@ async def ready(client: Client, request: Request, response: Response) -> Readine
         capabilities, problems = _NOTHING, [f"the database is unavailable: {describe(exc)}"]
     on_pack = isinstance(client.backend, AsyncDuckDBBackend)
     ready = capabilities.storage and (capabilities.ledger or on_pack)
+    embedding = None
+    if capabilities.storage:
+        embedding, problem = await _embedding(client, timeout)
+        if problem:
+            problems.append(problem)
+        capabilities = capabilities.model_copy(
+            update={"model_executor": embedding.loaded, "search_index": embedding.vector_search}
+        )
     if not ready:
         response.status_code = 503
     return Readiness(
@@ -105,7 +131,29 @@ async def ready(client: Client, request: Request, response: Response) -> Readine
         ingestion_ready=ready,
         search_ready=capabilities.storage,
         detail="; ".join(problems) or "ready",
+        embedding=embedding,
     )
+
+
+async def _embedding(client: AsyncMemoryClient, timeout: float) -> tuple[EmbeddingReadiness, str | None]:
+    """The embedder (loaded here: a probe warms the model up) and the engine's embedding status."""
+    try:
+        async with asyncio.timeout(timeout):
+            status = await client.embedding_status()
+    except (PrmeError, psycopg.Error, TimeoutError) as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+        model = None if client.embedder is None else client.embedder.model_id
+        return EmbeddingReadiness(model_id=model, loaded=client.embedder_loaded, vector_search=False, pending=None), (
+            f"recall by meaning unavailable ({reason}): recall matches words"
+        )
+    if status is None:
+        return EmbeddingReadiness(model_id=None, loaded=False, vector_search=False, pending=None), None
+    problem = None
+    if not status.vector_search:
+        problem = "no pgvector on the server: recall matches words only (docs/RECALL.md)"
+    return EmbeddingReadiness(
+        model_id=status.model_id, loaded=True, vector_search=status.vector_search, pending=status.pending
+    ), problem
 
 
 _NOTHING = Capabilities(storage=False, ledger=False, executor=False)
