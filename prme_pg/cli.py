@@ -740,12 +740,43 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
                 f"blocked {stats.blocked}, retrying {stats.retry}"
             )
 
-    finished = run_worker(dsn, worker=args.worker, batch=args.batch, until_idle=args.until_idle, on_progress=progress)
+    with contextlib.ExitStack() as stack:
+        embed = _worker_embedding(stack, dsn, console, quiet=args.json)
+        finished = run_worker(
+            dsn,
+            worker=args.worker,
+            batch=args.batch,
+            until_idle=args.until_idle,
+            on_progress=progress,
+            after_commit=embed,
+        )
     if args.json:
         _print_json({"finished": finished})
     else:
         console.print(f"worker stopped after finishing {finished} operation(s)")
     return EXIT_OK
+
+
+def _worker_embedding(
+    stack: contextlib.ExitStack, dsn: str, console: Console, *, quiet: bool
+) -> Callable[[], object] | None:
+    """What the worker runs after it commits: vectors for the memories that have none (the ledger's
+    executor writes memories in SQL, without them). None when PRME_EMBEDDER=none."""
+    from .client import MemoryClient
+    from .embedding_worker import embed_pending
+
+    memory = stack.enter_context(MemoryClient(dsn, min_size=1, max_size=1, timeout=CONNECT_TIMEOUT))
+    if memory.embedder is None:
+        return None
+
+    def embed() -> None:
+        summary = embed_pending(memory, count=False)
+        if summary.embedded or summary.failed:
+            log_line = f"embedded {summary.embedded} memories ({summary.failed} failed) with {summary.model_id}"
+            if not quiet:
+                console.print(log_line, markup=False, highlight=False)
+
+    return embed
 
 
 def cmd_add(args: argparse.Namespace, console: Console) -> int:

@@ -39,8 +39,8 @@ class EmbedSummary:
     failed: int
     batches: int
     seconds: float
-    pending: int
-    vector_search: bool
+    pending: int | None  # None when the pass was asked not to count (counting reads every memory)
+    vector_search: bool | None
 
 
 def _embedder(client: MemoryClient) -> Embedder:
@@ -83,15 +83,21 @@ def embed_pending(
     retry_failed: bool = False,
     progress: Callable[[int, int], None] | None = None,
     stop: threading.Event | None = None,
+    count: bool = True,
 ) -> EmbedSummary:
-    """One pass over every memory awaiting a vector by the client's embedder; ``progress(done, total)`` per batch."""
+    """One pass over every memory awaiting a vector by the client's embedder; ``progress(done, total)`` per batch.
+
+    ``count=False`` skips counting what awaits a vector before and after (a read of every
+    memory: the worker, which passes after each batch it commits, does without)."""
     if not 1 <= batch_size <= 10000:
         raise InvalidInput(f"batch_size must be between 1 and 10000, got {batch_size}")
     embedder = _embedder(client)
     started = time.perf_counter()
     backend = client.backend
-    status = embedding_status(client)  # registers the model first
-    total = status.pending + (status.failed if retry_failed else 0)
+    total = 0
+    if count:
+        status = embedding_status(client)  # registers the model first
+        total = status.pending + (status.failed if retry_failed else 0)
     embedded = failed = batches = 0
     after: tuple[str, UUID] | None = None
     while stop is None or not stop.is_set():
@@ -117,13 +123,13 @@ def embed_pending(
         after = (batch[-1].user_id, batch[-1].node_id)
         if progress is not None:
             progress(embedded + failed, max(total, embedded + failed))
-    remaining = embedding_status(client)
+    remaining = embedding_status(client) if count else None
     return EmbedSummary(
         model_id=embedder.model_id,
         embedded=embedded,
         failed=failed,
         batches=batches,
         seconds=time.perf_counter() - started,
-        pending=remaining.pending,
-        vector_search=remaining.vector_search,
+        pending=None if remaining is None else remaining.pending,
+        vector_search=None if remaining is None else remaining.vector_search,
     )

@@ -208,6 +208,7 @@ def run_worker(
     until_idle: bool = False,
     install_signal_handlers: bool = True,
     reconnect_delay: float = 1.0,
+    after_commit: Callable[[], object] | None = None,
 ) -> int:
     """Run the executor until stopped; return how many operations it finished.
 
@@ -219,7 +220,8 @@ def run_worker(
     tests). ``on_progress`` is called with the running totals after every batch
     that claimed something. ``stop`` (or SIGTERM/SIGINT, when
     ``install_signal_handlers`` and on the main thread) ends the loop after the
-    current batch.
+    current batch. ``after_commit`` runs once at the start and after every batch that
+    committed something (``prme-pg worker`` embeds the memories it wrote with it).
     """
     if batch < 1 or batch > 1000:
         raise ValueError("batch must be between 1 and 1000")
@@ -229,6 +231,8 @@ def run_worker(
     active = True  # the next idle wait is the short one
     with stop_on_signals(stop, install_signal_handlers):
         conn: psycopg.Connection[Any] | None = _connect(dsn)
+        if after_commit is not None:
+            after_commit()
         try:
             while not stop.is_set():
                 try:
@@ -250,6 +254,8 @@ def run_worker(
                     stats.add(result)
                     if on_progress is not None:
                         on_progress(stats)
+                if result.moved and after_commit is not None:
+                    after_commit()
                 if (result.claimed >= batch and result.moved) or result.progress:
                     continue  # more is waiting, or a long memory has parts left
                 if until_idle and not result.moved:
