@@ -62,6 +62,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prme_pg import MemoryClient, testing
+from prme_pg.embeddings import embed_texts, load_embedder
 
 BENCH_DIR = Path(__file__).resolve().parent
 DATA = BENCH_DIR / "data" / "recall_eval.json"
@@ -201,40 +202,8 @@ Vectors = NDArray[np.float32]
 
 def default_embedder() -> tuple[str, Callable[[Sequence[str]], Vectors]]:
     """The default embedder's model id and a checked ``embed``."""
-    try:
-        from prme_pg.embeddings import embed_texts, load_embedder
-    except ImportError:  # a checkout from before issue 31's embedder: the same model, read here
-        return _bundled_wordllama()
     embedder = load_embedder("wordllama")
     return embedder.model_id, lambda texts: embed_texts(embedder, texts)
-
-
-def _bundled_wordllama() -> tuple[str, Callable[[Sequence[str]], Vectors]]:
-    """WordLlama l2_supercat (256 dimensions) from the wheel's own files: token rows averaged,
-    L2-normalised, as prme_pg.embeddings computes it. Delete once every checkout has that module."""
-    import importlib.util
-
-    from safetensors.numpy import load_file
-    from tokenizers import Tokenizer
-
-    spec = importlib.util.find_spec("wordllama")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("the dense baseline needs the wordllama package: .venv/bin/pip install wordllama")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    table = load_file(str(root / "weights" / "l2_supercat_256.safetensors"))["embedding.weight"]
-    tokenizer = Tokenizer.from_file(str(root / "tokenizers" / "l2_supercat_tokenizer_config.json"))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-
-    def embed(texts: Sequence[str]) -> Vectors:
-        rows = [
-            table[np.array(e.ids, dtype=np.int64)].sum(axis=0)
-            for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        ]
-        vectors = np.array(rows, dtype=np.float32)
-        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-
-    return "wordllama-l2_supercat-256", embed
 
 
 # -- metrics ----------------------------------------------------------------------------------
@@ -376,7 +345,11 @@ def targets(metrics: dict[str, dict[str, dict[str, float]]], kinds: Sequence[str
 
 
 def print_report(
-    metrics: dict[str, dict[str, dict[str, float]]], kinds: Sequence[str], checks: list[dict[str, Any]], title: str
+    metrics: dict[str, dict[str, dict[str, float]]],
+    kinds: Sequence[str],
+    checks: list[dict[str, Any]],
+    title: str,
+    caption: str,
 ) -> None:
     table = Table(title=title)
     table.add_column("kind")
@@ -395,6 +368,7 @@ def print_report(
             table.add_row(kind if i == 0 else "", str(row["n"]) if i == 0 else "", method, *cells)
         table.add_section()
     console.print(table)
+    console.print(caption, highlight=False)
     failed = [c for c in checks if not c["met"]]
     for method in sorted({c["method"] for c in checks}):
         mine = [c for c in checks if c["method"] == method]
@@ -411,7 +385,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DATA, help="the labelled questions (default: %(default)s)")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: pack, postgres")
-    parser.add_argument("--dsn", default=os.environ.get("PRME_DSN"), help="PostgreSQL with prme's schema")
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("PRME_DSN"),
+        help="a PostgreSQL database with prme's schema (default: PRME_DSN, else a throwaway cluster); "
+        "the memories are written under owners eval-<run>-<name> and left there",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is not met")
     args = parser.parse_args(argv)
@@ -420,10 +399,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--backends takes {', '.join(BACKENDS)}")
 
     kinds, owners = load_data(args.data)
-    run = uuid.uuid4().hex[:8]
-    user_prefix = f"eval-{run}-"
-    for owner in owners:  # the same ids on both backends, so "today" breaks ties as recall does
-        owner.node_ids = [uuid.uuid5(uuid.NAMESPACE_URL, f"prme-recall-eval/{run}/{m}") for m in owner.memory_ids]
+    # The same node ids on both backends and in every run, so ties (broken by id) fall alike
+    # and "today" breaks them as recall does; a database of one's own gets ids of this run.
+    run = f"{uuid.uuid4().hex[:8]}/" if args.dsn and "postgres" in backends else ""
+    user_prefix = f"eval-{run.rstrip('/')}-" if run else "eval-"
+    for owner in owners:
+        owner.node_ids = [uuid.uuid5(uuid.NAMESPACE_URL, f"prme-recall-eval/{run}{m}") for m in owner.memory_ids]
     questions = sum(len(o.questions) for o in owners)
     progress.print(f"{len(owners)} owners, {sum(len(o.texts) for o in owners)} memories, {questions} questions")
 
@@ -481,8 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             kinds,
             checks,
             f"recall quality: {questions} questions, {summary['memories']} memories, {len(owners)} owners",
+            f"first {TOP} results; dense = {model_id}; the best of a kind in bold",
         )
-        console.print(f"first {TOP} results; dense = {model_id}; the best of a kind in bold", highlight=False)
         for backend, t in timings.items():
             console.print(
                 f"{backend}: wrote the corpus in {t['write_seconds']:.1f} s, recall p50 {t['recall_ms_p50']:.2f} ms",
