@@ -381,6 +381,23 @@ def print_report(
             )
 
 
+def print_misses(owners: Sequence[Owner], rankings: dict[str, dict[str, dict[str, Ranking]]]) -> None:
+    """The questions each prme method answers with none of their memories in the first 10."""
+    for method, per_owner in rankings.items():
+        if not method.startswith("prme-"):
+            continue
+        console.print(f"[bold]{method}: questions with no labelled memory in the first {TOP}[/]")
+        for owner in owners:
+            for q in owner.questions:
+                found = [owner.memory_ids[i] for i in per_owner[owner.name][q["id"]]]
+                if not set(found) & set(q["answers"]):
+                    first = owner.texts[owner.memory_ids.index(found[0])] if found else "(nothing)"
+                    console.print(
+                        f"  {q['id']} {q['kind']}: {q['question']!r} wants {', '.join(q['answers'])}; first: {first!r}",
+                        highlight=False,
+                    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DATA, help="the labelled questions (default: %(default)s)")
@@ -392,6 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the memories are written under owners eval-<run>-<name> and left there",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    parser.add_argument("--misses", action="store_true", help="also list the questions prme answers wrongly")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is not met")
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -464,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"recall quality: {questions} questions, {summary['memories']} memories, {len(owners)} owners",
             f"first {TOP} results; dense = {model_id}; the best of a kind in bold",
         )
+        if args.misses:
+            print_misses(owners, rankings)
         for backend, t in timings.items():
             console.print(
                 f"{backend}: wrote the corpus in {t['write_seconds']:.1f} s, recall p50 {t['recall_ms_p50']:.2f} ms",
