@@ -58,7 +58,7 @@ SELECT is_empty(
 -- 2. Function privileges
 -- -----------------------------------------------------------------------------
 SELECT function_privs_are('prme', 'add_node',
-    ARRAY['text', 'text', 'text', 'text', 'text', 'numeric', 'numeric', 'text', 'text', 'timestamp with time zone', 'uuid'],
+    ARRAY['text', 'text', 'text', 'text', 'text', 'numeric', 'numeric', 'text', 'text', 'timestamp with time zone', 'uuid', 'real[]', 'text'],
     'prme_app', ARRAY['EXECUTE']);
 SELECT function_privs_are('prme', 'add_event',
     ARRAY['text', 'text', 'text', 'text', 'text', 'jsonb', 'timestamp with time zone', 'uuid'], 'prme_app', ARRAY['EXECUTE']);
@@ -76,7 +76,7 @@ SELECT results_eq(
     'prme_app executes exactly the API functions (every prme function not starting with _)');
 SELECT set_has(
     $$SELECT signature FROM api$$,
-    $$VALUES ('prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid)'),
+    $$VALUES ('prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text)'),
              ('prme.add_event(text,text,text,text,text,jsonb,timestamp with time zone,uuid)'),
              ('prme.get_node(text,uuid)'), ('prme.list_nodes(text,text,uuid,integer)'),
              ('prme.reinforce(uuid,text,uuid,uuid)'), ('prme.archive_node(text,uuid)'),
