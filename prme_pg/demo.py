@@ -146,11 +146,12 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
             )
         ok = ok and not engine_issues and not python_issues and replay.matches
 
-        hits = memory.recall("which editor mode?", user_id=DEMO_USER, max_count=3)
+        question = "how should her screens look at night?"  # no word in common with the memory
+        hits = memory.recall(question, user_id=DEMO_USER, max_count=3)
         found = next((hit for hit in hits if hit.id == node.id), None)
         out.print(
-            '6. Recalled the user\'s memories for "which editor mode?" (words matched, then strength '
-            "with virtual decay; docs/RECALL.md):"
+            f'6. Recalled the user\'s memories for "{question}", which shares no word with the memory: '
+            "found by meaning (words and meaning, then strength with virtual decay; docs/RECALL.md):"
         )
         for hit in hits:
             out.print(f'   {hit.rank}. score {hit.score:.3f}: "{escape(hit.content)}"')

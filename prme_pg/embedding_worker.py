@@ -19,7 +19,7 @@ from uuid import UUID
 
 import numpy as np
 
-from .backends import PendingEmbeddings, StoreEmbeddings
+from .backends import PendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
 from .client import MemoryClient
 from .embeddings import Embedder, EmbeddingError, Vectors, embed_texts
 from .errors import InvalidInput
@@ -94,9 +94,10 @@ def embed_pending(
     embedder = _embedder(client)
     started = time.perf_counter()
     backend = client.backend
+    backend.execute(RegisterEmbeddingModel(model_id=embedder.model_id, dimensions=embedder.dimensions))
     total = 0
     if count:
-        status = embedding_status(client)  # registers the model first
+        status = embedding_status(client)
         total = status.pending + (status.failed if retry_failed else 0)
     embedded = failed = batches = 0
     after: tuple[str, UUID] | None = None

@@ -265,7 +265,8 @@ def check_vector(vector: object, dimensions: int, *, argument: str = "embedding"
         if not math.isfinite(value):
             raise InvalidInput(f"{argument} must hold finite numbers (no NaN or infinity)")
         values.append(value)
-    array = np.asarray(values, dtype=np.float32)
+    with np.errstate(over="ignore"):  # too large for float32 becomes infinity, refused below
+        array = np.asarray(values, dtype=np.float32)
     if not np.isfinite(array).all():
         raise InvalidInput(f"{argument} must hold numbers that fit in 32 bits (no overflow to infinity)")
     return array

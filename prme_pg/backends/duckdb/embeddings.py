@@ -168,7 +168,7 @@ class EmbeddingOperations(PackConnection):
             }
             # A recorded failure is replaced (delete, then insert: DuckDB stores an update of a
             # LIST column that way anyway); a vector is kept (its content never changes).
-            con.execute(_FORGET_FAILURES, batch)
+            con.execute(_FORGET_FAILURES, {key: value for key, value in batch.items() if key != "now"})
             row = con.execute(_STORE, batch).fetchone()
             return 0 if row is None else int(row[0])
 

@@ -1,0 +1,338 @@
+"""Recall by meaning (issue 31): the embedders, vectors as derived state, the embedding worker,
+bad input at every layer, and a server without pgvector. Real PostgreSQL, real packs, the real
+bundled model (it loads from the installed wheel, offline)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from prme_pg import InvalidInput, MemoryClient, migrations, testing
+from prme_pg.embedding_worker import embed_pending
+from prme_pg.embeddings import (
+    EmbeddingError,
+    WordLlamaEmbedder,
+    embed_texts,
+    load_embedder,
+)
+
+from .conformance_backends import Engine, engine_fixture  # noqa: F401
+
+ALICE = "alice"
+FACTS = [
+    "Bob drives a Tesla Model 3",
+    "Alice is allergic to peanuts",
+    "Alice has a golden retriever named Max",
+    "Alice's husband is called Tom",
+    "Alice works as a nurse at the city hospital",
+]
+
+
+class BrokenEmbedder:
+    """An embedder that fails on texts containing "boom" and returns a wrong shape for "shape"."""
+
+    model_id = "test-broken-8"
+    dimensions = 8
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        if any("boom" in text for text in texts):
+            raise RuntimeError("the model fell over")
+        if any("shape" in text for text in texts):
+            return np.ones((len(texts), 3), dtype=np.float32)
+        rows = np.ones((len(texts), 8), dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def vector_rows(engine: Engine) -> int:
+    count = "SELECT count(*) FROM prme.node_embeddings"
+    return int(engine._sql(count, count, [])[0][0])
+
+
+# -- the embedder ---------------------------------------------------------------------------
+
+
+def test_the_bundled_model_loads_from_the_wheel_offline_and_normalises() -> None:
+    # No network and no hub: the process has neither, and the loader asks for neither.
+    code = (
+        "import socket, sys\n"
+        "def refuse(*a, **k): raise OSError('no network in this test')\n"
+        "socket.socket.connect = refuse\n"
+        "from prme_pg.embeddings import load_embedder, embed_texts\n"
+        "e = load_embedder('wordllama')\n"
+        "v = embed_texts(e, ['alice prefers tabs', ''])\n"
+        "import logging; print(e.model_id, e.dimensions, round(float((v[0] ** 2).sum()), 5), float(abs(v[1]).sum()),"
+        " logging.getLogger().handlers == [])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["wordllama-l2_supercat-256", "256", "1.0", "0.0", "True"]
+
+
+def test_other_embedders_plug_in_by_name_and_have_their_own_model_id() -> None:
+    small = load_embedder("wordllama-64")
+    assert (small.model_id, small.dimensions) == ("wordllama-l2_supercat-64", 64)
+    assert load_embedder("tests.test_embeddings:BrokenEmbedder").model_id == "test-broken-8"
+    with pytest.raises(InvalidInput, match="no embedder named 'nonsense'"):
+        load_embedder("nonsense")
+    with pytest.raises(InvalidInput, match="dimensions must be one of"):
+        WordLlamaEmbedder(100)
+    # Meaning: the question about a car is nearer the memory about a car than the one about peanuts.
+    vectors = embed_texts(load_embedder("wordllama"), ["what car does bob own", FACTS[0], FACTS[1]])
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def test_a_failing_or_misshapen_embedder_is_an_embedding_error() -> None:
+    broken = BrokenEmbedder()
+    with pytest.raises(EmbeddingError, match="failed: RuntimeError: the model fell over"):
+        embed_texts(broken, ["boom"])
+    with pytest.raises(EmbeddingError, match=r"returned shape \(1, 3\), expected \(1, 8\)"):
+        embed_texts(broken, ["shape"])
+
+
+# -- vectors as derived state, both engines -------------------------------------------------------
+
+
+def test_add_node_stores_its_vector_and_recall_finds_it_by_meaning(engine: Engine) -> None:
+    memory = engine.client()
+    nodes = [memory.add_node(fact, user_id=ALICE) for fact in FACTS]
+    assert vector_rows(engine) == len(FACTS)
+    assert memory.recall("what car does bob own", user_id=ALICE)[0].id == nodes[0].id
+    assert memory.recall("does she have pets?", user_id=ALICE)[0].id == nodes[2].id
+    # Words alone cannot: "car", "own", "pets" are in no memory.
+    words_only = engine.client(embedder=False)
+    assert [h.id for h in words_only.recall("does she have pets?", user_id=ALICE)] == []
+    # Another owner's vectors are never compared.
+    assert memory.recall("what car does bob own", user_id="bob") == []
+
+
+def test_confirmations_outcomes_and_archives_never_write_vectors(engine: Engine) -> None:
+    memory = engine.client()
+    node = memory.add_node(FACTS[1], user_id=ALICE)
+    said = memory.add_event("yes, peanuts", user_id=ALICE)
+    before = engine._sql(
+        "SELECT embedding::text, embedded_at FROM prme.node_embeddings",
+        "SELECT CAST(embedding AS VARCHAR), embedded_at FROM prme.node_embeddings",
+        [],
+    )
+    memory.reinforce(node.id, said.id, user_id=ALICE)
+    memory.record_outcome(node.id, "implicit_success", user_id=ALICE)
+    memory.archive_node(node.id, user_id=ALICE)
+    after = engine._sql(
+        "SELECT embedding::text, embedded_at FROM prme.node_embeddings",
+        "SELECT CAST(embedding AS VARCHAR), embedded_at FROM prme.node_embeddings",
+        [],
+    )
+    assert after == before
+    # And no journal record names a vector.
+    records, _ = memory.journal_records(user_id=ALICE)
+    assert records and all("embedding" not in record.record for record in records)
+    assert memory.verify_journal(user_id=ALICE, independent=True) == []
+
+
+@pytest.mark.parametrize(
+    ("embedding", "message"),
+    [
+        ([0.1] * 255, "embedding must have 256 dimensions"),
+        ([float("nan")] + [0.0] * 255, "finite numbers"),
+        ([float("inf")] + [0.0] * 255, "finite numbers"),
+        ([1e39] + [0.0] * 255, "fit in 32 bits"),
+        ("not a vector", "sequence of numbers"),
+    ],
+)
+def test_bad_vectors_are_refused_and_nothing_is_written(engine: Engine, embedding: Any, message: str) -> None:
+    memory = engine.client()
+    with pytest.raises(InvalidInput, match=message):
+        memory.add_node("alice prefers tabs", user_id=ALICE, embedding=embedding)
+    with pytest.raises(InvalidInput, match=message.replace("embedding", "query_embedding")):
+        memory.recall("tabs", user_id=ALICE, query_embedding=embedding)
+    assert memory.list_nodes(user_id=ALICE) == []
+    assert vector_rows(engine) == 0
+
+
+def test_a_huge_query_is_refused_before_the_model_runs(engine: Engine) -> None:
+    memory = engine.client(embedder=BrokenEmbedder())
+    with pytest.raises(InvalidInput, match="query must be at most 65536 bytes"):
+        memory.recall("boom " * 2_000_000, user_id=ALICE)  # 10 MB: the model would fail on it
+
+
+def test_an_embedder_that_fails_writes_nothing(engine: Engine) -> None:
+    memory = engine.client(embedder=BrokenEmbedder())
+    with pytest.raises(EmbeddingError):
+        memory.add_node("boom", user_id=ALICE)
+    with pytest.raises(EmbeddingError):
+        memory.add_node("wrong shape", user_id=ALICE)
+    assert memory.list_nodes(user_id=ALICE) == []
+
+
+def test_the_sql_engine_refuses_what_the_client_would(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("SELECT prme.register_embedding_model('m3', 3)")
+        for vector, message in [
+            ("{1,0}", "embedding must have 3 dimensions"),
+            ("{1,0,NaN}", "finite numbers"),
+            ("{{1,0,0}}", "embedding must have 3 dimensions"),
+        ]:
+            with pytest.raises(psycopg.Error, match=message) as caught:
+                conn.execute(
+                    "SELECT prme.add_node('alice', 'x', embedding => %s::real[], embedding_model => 'm3')", [vector]
+                )
+            assert caught.value.sqlstate == "PR422"
+        with pytest.raises(psycopg.Error, match="unknown embedding model 'mX'"):
+            conn.execute("SELECT prme.add_node('alice', 'x', embedding => '{1,0,0}', embedding_model => 'mX')")
+        with pytest.raises(psycopg.Error, match="registered with 3 dimensions, not 4") as conflict:
+            conn.execute("SELECT prme.register_embedding_model('m3', 4)")
+        assert conflict.value.sqlstate == "PR409"
+        assert conn.execute("SELECT count(*) FROM prme.nodes").fetchone() == (0,)
+
+
+# -- the embedding worker ----------------------------------------------------------------------
+
+
+def test_the_worker_embeds_what_has_no_vector_and_goes_on_past_failures(engine: Engine) -> None:
+    words_only = engine.client(embedder=False)
+    nodes = [words_only.add_node(fact, user_id=ALICE) for fact in FACTS]
+    failing = words_only.add_node("boom goes the dynamite", user_id="zed")
+    assert vector_rows(engine) == 0
+    memory = engine.client(embedder=BrokenEmbedder())
+    seen: list[tuple[int, int]] = []
+    summary = embed_pending(memory, batch_size=2, progress=lambda done, total: seen.append((done, total)))
+    assert (summary.embedded, summary.failed, summary.pending) == (len(FACTS), 1, 0)
+    assert seen[-1] == (len(FACTS) + 1, len(FACTS) + 1) and len(seen) == 3
+    status = memory.embedding_status()
+    assert status is not None and (status.pending, status.failed) == (0, 1)
+    # Run again: nothing left; with retry_failed the failure is tried again (and fails again).
+    assert embed_pending(memory).embedded == 0
+    again = embed_pending(memory, retry_failed=True)
+    assert (again.embedded, again.failed) == (0, 1)
+    # Every memory of both owners has a row; the good ones a vector.
+    stored = engine._sql(
+        "SELECT node_id, embedding IS NOT NULL FROM prme.node_embeddings",
+        "SELECT node_id, embedding IS NOT NULL FROM prme.node_embeddings",
+        [],
+    )
+    assert dict(stored) == {**{n.id: True for n in nodes}, failing.id: False}
+
+
+def test_memories_written_by_sql_are_found_by_meaning_after_prme_pg_embed(db_dsn: str) -> None:
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        for fact in FACTS:
+            conn.execute("SELECT prme.add_node('alice', %s)", [fact])
+    with MemoryClient(db_dsn) as memory:
+        assert memory.recall("does she have pets?", user_id=ALICE) == []  # no vector yet, no shared word
+    out = subprocess.run(
+        [sys.executable, "-m", "prme_pg.cli", "embed", "--dsn", db_dsn, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert (summary["embedded"], summary["failed"], summary["pending"], summary["vector_search"]) == (5, 0, 0, True)
+    with MemoryClient(db_dsn) as memory:
+        assert memory.recall("does she have pets?", user_id=ALICE)[0].content == FACTS[2]
+    status = subprocess.run(
+        [sys.executable, "-m", "prme_pg.cli", "status", "--dsn", db_dsn],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "recall by meaning: model wordllama-l2_supercat-256 (256 dimensions), loaded" in status.stdout
+    assert "0 memories await a vector" in status.stdout
+
+
+def test_the_async_client_embeds_too(engine: Engine) -> None:
+    async def scenario() -> None:
+        async with engine.aclient() as memory:
+            node = await memory.add_node(FACTS[0], user_id=ALICE)
+            hits = await memory.recall("what car does bob own", user_id=ALICE)
+            assert hits[0].id == node.id
+            status = await memory.embedding_status()
+            assert status is not None and status.pending == 0
+
+    asyncio.run(scenario())
+
+
+# -- a server without pgvector ------------------------------------------------------------------
+
+
+@pytest.fixture
+def without_pgvector(pg_server: testing.Server) -> Iterator[str]:
+    """A database migrated with prme.vector_search = off: what a server without pgvector gets."""
+    name = testing.create_database(pg_server, prefix="prme_novector")
+    dsn = pg_server.dsn_for(name)
+    try:
+        with psycopg.connect(dsn, autocommit=True, options="-c prme.vector_search=off") as conn:
+            migrations.migrate(conn)
+            assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone() == (0,)
+        yield dsn
+    finally:
+        testing.drop_database(pg_server, name)
+
+
+def test_without_pgvector_everything_works_and_recall_matches_words(
+    without_pgvector: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="prme_pg"), MemoryClient(without_pgvector) as memory:
+        node = memory.add_node("alice prefers tabs", user_id=ALICE)
+        memory.reinforce(node.id, user_id=ALICE)
+        assert [h.id for h in memory.recall("tabs please", user_id=ALICE)] == [node.id]
+        assert memory.recall("how does she indent?", user_id=ALICE) == []  # no meaning without pgvector
+        status = memory.embedding_status()
+        assert status is not None and not status.vector_search and status.pending == 0
+    assert "no pgvector: vectors are kept, recall matches words only" in caplog.text
+    out = subprocess.run(
+        [sys.executable, "-m", "prme_pg.cli", "status", "--dsn", without_pgvector],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0
+    assert "no pgvector on the server: recall matches words" in out.stdout
+
+
+def test_pgvector_added_later_turns_recall_by_meaning_on(without_pgvector: str) -> None:
+    with MemoryClient(without_pgvector) as memory:
+        memory.add_node(FACTS[2], user_id=ALICE)
+    with psycopg.connect(without_pgvector, autocommit=True) as conn:  # the two statements docs/RECALL.md gives
+        conn.execute("CREATE EXTENSION vector")
+        conn.execute("ALTER TABLE prme.node_embeddings ALTER COLUMN embedding TYPE vector USING embedding::vector")
+    with MemoryClient(without_pgvector) as memory:
+        assert memory.recall("does she have pets?", user_id=ALICE)[0].content == FACTS[2]
+
+
+def test_prme_embedder_none_turns_embedding_off(db_dsn: str) -> None:
+    env = {**os.environ, "PRME_EMBEDDER": "none"}
+    code = (
+        "import sys; from prme_pg import MemoryClient\n"
+        "with MemoryClient(sys.argv[1]) as m:\n"
+        "    m.add_node('alice prefers tabs', user_id='alice'); print(m.embedder, m.embedding_status())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, db_dsn], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["None", "None"]
+    with psycopg.connect(db_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM prme.node_embeddings").fetchone() == (0,)
+    bad = subprocess.run(
+        [sys.executable, "-m", "prme_pg.cli", "recall", "tabs", "--user", "alice", "--dsn", db_dsn],
+        env={**os.environ, "PRME_EMBEDDER": "nonsense"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert bad.returncode == 2  # a configuration the user gave: a usage error
+    assert bad.stderr.count("\n") == 1 and "no embedder named 'nonsense'" in bad.stderr
+    assert "Traceback" not in bad.stderr
