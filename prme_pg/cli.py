@@ -391,9 +391,9 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     if pack is not None:
         if args.metrics_port is not None:
             raise UsageError("--metrics-port needs PostgreSQL (its metrics are the connection pool's and the ledger's)")
-        from .packfile import open_pack
+        from .backends.duckdb import DuckDBBackend
 
-        open_pack(pack).close()  # fail fast, in one line: another process has it, or it is no pack
+        DuckDBBackend(pack).close()  # fail fast, in one line: another process has it, or it is no pack
         client = AsyncMemoryClient(pack)
     else:
         dsn = _reachable(args)  # fail fast, in one line, before the server and its pool start

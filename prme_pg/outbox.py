@@ -53,6 +53,7 @@ from .backends.postgres import (
 )
 from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError, SchemaMissing
 from .models import Receipt
+from .packfile import pack_folder
 from .spool import Spool, StateMismatch, decode_document, time_ordered_uuid
 from .sqlstate import database_unavailable, describe
 from .validation import (
@@ -409,9 +410,7 @@ class Outbox:
 
     def __init__(self, pack: str | os.PathLike[str], *, create: bool = True) -> None:
         """``create=False`` opens the outbox read-only (for counting): no folder is made."""
-        self.pack = Path(pack).expanduser().absolute()
-        if self.pack.exists() and not self.pack.is_dir():
-            raise PrmeError(f"{self.pack} is not a folder; a memory pack is a folder")
+        self.pack = pack_folder(pack, create=create)  # a new pack folder is 0700, as the pack's own
         self.root = self.pack / "outbox"
         self.spool = Spool(self.root, STATES, create=create)
 
