@@ -54,7 +54,7 @@ from .backends.postgres import (
 from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError, SchemaMissing
 from .models import Receipt
 from .packfile import pack_folder
-from .spool import Spool, StateMismatch, decode_document, time_ordered_uuid
+from .spool import Spool, StateMismatch, decode_document, open_lock_file, time_ordered_uuid
 from .sqlstate import database_unavailable, describe
 from .validation import (
     LEDGER_KINDS,
@@ -564,7 +564,7 @@ class SyncLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_lock_file(self.path)  # never through a symlink
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
