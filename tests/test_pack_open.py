@@ -138,11 +138,26 @@ def test_a_url_that_is_not_postgresql_is_invalid_input(
     assert list(tmp_path.iterdir()) == []  # no folder named after the URL
 
 
-def test_a_read_only_command_refuses_a_pack_that_does_not_exist(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("recall", "--user", "u", "anything"),
+        ("snapshot", "show", "--user", "u", "--scope", "s"),
+        ("journal", "verify", "--user", "u"),
+        ("journal", "head", "--user", "u"),
+        ("maintain", "--user", "u", "--report"),
+        ("queue", "status"),
+        ("queue", "status", "--rejected"),
+    ],
+    ids=" ".join,
+)
+def test_a_read_only_command_refuses_a_pack_that_does_not_exist(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """Issue 32, item 12: every command that only reads refuses a missing pack in one line, exit 1."""
     typo = tmp_path / "typo" / "path"
-    result = _cli("recall", "--pack", str(typo), "--user", "u", "anything")
+    result = _cli(*command, "--pack", str(typo))
     assert result.returncode == 1, result
-    assert "no memory pack at" in result.stderr and "0 memories" not in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no memory pack at" in lines[0], result.stderr
     assert not typo.exists() and not typo.parent.exists()
 
 
