@@ -1,4 +1,4 @@
-"""Issue 32, items 9 and 13: a broken schema is a generic 500, an unavailable database a generic 503
+"""Issue 32, item 9 and its completion: a broken schema is a generic 500, an unavailable database a generic 503
 (/ready and the event stream too), a limit a generic 422, each with a correlation id, never
 PostgreSQL's words."""
 
@@ -32,7 +32,7 @@ def test_a_missing_function_is_a_generic_500_with_an_incident_id(db_dsn: str) ->
     assert answer.headers["x-incident-id"] in body["detail"]
 
 
-# -- issue 32, item 13: /ready, the event stream and limit errors say no database text either ------
+# -- issue 32, item 9 completed: /ready, the event stream and limit errors say no database text either ------
 
 SECRET = 'connection to server at "10.1.2.3", port 5432 failed: FATAL: password authentication failed for user "prme_x"'
 
