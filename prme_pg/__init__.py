@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .aio import AsyncMemoryClient
-    from .backends.duckdb import PackInUseError
+    from .backends.duckdb import PackInUseError, PackUnreadable
     from .client import MemoryClient
     from .errors import (
         IdempotencyConflict,
@@ -74,6 +74,7 @@ __all__ = [
     "Outcome",
     "OutcomeSummary",
     "PackInUseError",
+    "PackUnreadable",
     "PrmeError",
     "PublishResult",
     "RecallHit",
@@ -91,6 +92,7 @@ _MODULE_OF = {
     "AsyncMemoryClient": ".aio",
     "MemoryClient": ".client",
     "PackInUseError": ".backends.duckdb",
+    "PackUnreadable": ".backends.duckdb",
     **dict.fromkeys(
         (
             "IdempotencyConflict",

@@ -278,6 +278,12 @@ def _pack(args: argparse.Namespace) -> Path | None:
     return Path(pack)
 
 
+def _require_pack(pack: Path) -> None:
+    """A command that only reads never creates a pack: a missing one is a mistyped path."""
+    if not (pack / "pack.duckdb").is_file():
+        raise PrmeError(f"no memory pack at {pack}: check --pack (this command does not create one)")
+
+
 def _client(args: argparse.Namespace, *, reads: bool = False) -> MemoryClient:
     """A one-connection client for a command, after the fail-fast check of :func:`_reachable`;
     or, with --pack, a client of that memory pack. ``reads``: the command only reads, so a
@@ -286,8 +292,8 @@ def _client(args: argparse.Namespace, *, reads: bool = False) -> MemoryClient:
 
     pack = _pack(args)
     if pack is not None:
-        if reads and not (pack / "pack.duckdb").is_file():
-            raise PrmeError(f"no memory pack at {pack}: check --pack (this command does not create one)")
+        if reads:
+            _require_pack(pack)
         return MemoryClient(pack)  # a path is always a pack, never a DSN
     return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
@@ -425,9 +431,9 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     if pack is not None:
         if args.metrics_port is not None:
             raise UsageError("--metrics-port needs PostgreSQL (its metrics are the connection pool's and the ledger's)")
-        from .packfile import open_pack
+        from .backends.duckdb import DuckDBBackend
 
-        open_pack(pack).close()  # fail fast, in one line: another process has it, or it is no pack
+        DuckDBBackend(pack).close()  # fail fast, in one line: another process has it, or it is no pack
         client = AsyncMemoryClient(pack)
     else:
         dsn = _reachable(args)  # fail fast, in one line, before the server and its pool start
@@ -880,7 +886,7 @@ def cmd_snapshot_publish(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_snapshot_show(args: argparse.Namespace, console: Console) -> int:
-    with _client(args) as memory:
+    with _client(args, reads=True) as memory:
         snapshot = memory.current_snapshot(args.scope, user_id=args.user)
     if args.json:
         _print_json({**dataclasses.asdict(snapshot), "document": json.loads(snapshot.document)})
@@ -1059,7 +1065,7 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
         _require_dsn(args)
     if args.report and args.mode == "auto":
         raise UsageError("--report changes nothing: it cannot be combined with --mode=auto")
-    with _client(args) as memory:
+    with _client(args, reads=args.report) as memory:
         if args.report:
             rows = memory.maintenance_report(user_id=args.user)
             if args.json:
@@ -1352,6 +1358,7 @@ def _journal_client(args: argparse.Namespace) -> MemoryClient:
     from .client import MemoryClient
 
     if args.pack is not None:
+        _require_pack(Path(args.pack))  # the journal commands only read
         return MemoryClient(Path(args.pack))  # a path is always a pack, never a DSN
     return _client(args)  # fails fast, in one line, when the database does not answer
 

@@ -114,7 +114,6 @@ from .models import (
     Snapshot,
 )
 from .outbox import Outbox, OutboxRecord
-from .packfile import open_pack
 from .tokens import new_token, parse_token, token_sha256
 from .validation import check_json_depth, parse_operation_id, parse_uuid
 
@@ -1144,7 +1143,7 @@ class _LazyPack:
             if self._closed:
                 raise PackClosedError(f"the memory pack at {self.path} is closed")
             if self._pack is None:
-                self._pack = open_pack(self.path, clock=self._clock, new_id=self._new_id)
+                self._pack = DuckDBBackend(self.path, clock=self._clock, new_id=self._new_id)
             return self._pack
 
     def outbox(self) -> Outbox:

@@ -44,7 +44,7 @@ import psycopg
 import rfc8785
 
 from .backends import GetNode, PublishSnapshot
-from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
+from .errors import IdempotencyConflict, InvalidInput, NotFoundError
 from .extractors import (
     ExtractionError,
     Extractor,
@@ -67,6 +67,7 @@ from .outbox import (
     validate_dependencies,
     validate_payload,
 )
+from .packfile import pack_folder
 from .spool import Spool, StateMismatch, process_alive, time_ordered_uuid
 from .sqlstate import database_unavailable
 from .validation import MAX_JSON_DEPTH, json_depth_exceeds, loads_bounded, valid_user_id
@@ -198,9 +199,7 @@ class LearningQueue:
         """``create=False`` opens the queue read-only (for counting): no folder is made."""
         if stale_after <= timedelta(0):
             raise InvalidInput("stale_after must be positive")
-        self.pack = Path(pack).expanduser().absolute()
-        if self.pack.exists() and not self.pack.is_dir():
-            raise PrmeError(f"{self.pack} is not a folder; a memory pack is a folder")
+        self.pack = pack_folder(pack, create=create)  # a new pack folder is 0700, as the pack's own
         self.root = self.pack / "learning"
         self.stale_after = stale_after
         self.records = Spool(self.root, LEARNING_STATES, create=create)

@@ -53,7 +53,8 @@ from .backends.postgres import (
 )
 from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError, SchemaMissing
 from .models import Receipt
-from .spool import Spool, StateMismatch, decode_document, time_ordered_uuid
+from .packfile import pack_folder
+from .spool import Spool, StateMismatch, decode_document, open_lock_file, time_ordered_uuid
 from .sqlstate import database_unavailable, describe
 from .validation import (
     LEDGER_KINDS,
@@ -409,9 +410,7 @@ class Outbox:
 
     def __init__(self, pack: str | os.PathLike[str], *, create: bool = True) -> None:
         """``create=False`` opens the outbox read-only (for counting): no folder is made."""
-        self.pack = Path(pack).expanduser().absolute()
-        if self.pack.exists() and not self.pack.is_dir():
-            raise PrmeError(f"{self.pack} is not a folder; a memory pack is a folder")
+        self.pack = pack_folder(pack, create=create)  # a new pack folder is 0700, as the pack's own
         self.root = self.pack / "outbox"
         self.spool = Spool(self.root, STATES, create=create)
 
@@ -565,7 +564,7 @@ class SyncLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_lock_file(self.path)  # never through a symlink
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -33,6 +33,9 @@ How each step stays safe:
   anything else in a state folder (``._x.json`` from a file manager, a folder, a
   symlink), and reads open with ``O_NOFOLLOW``, so a symlink planted in a state folder
   is never followed (a symlinked "document" reads as unreadable, never as its target).
+  The spool's own folders must be directories, not symlinks (checked with ``lstat`` when
+  the spool is opened), and ``.lock`` is opened with ``O_NOFOLLOW``: a symlink planted in
+  place of either is :class:`UnsafeSpoolPath`, never a write outside the spool.
 - A document that does not parse (not UTF-8, not a JSON object, nested too deeply for
   the parser) raises ValueError; one the process may not read raises the OSError
   (PermissionError ...). Callers set the first aside and skip the second: neither
@@ -70,6 +73,38 @@ _STATE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _RESERVED_STATES = frozenset({"tmp"})
 _SUFFIX = ".json"
 _WRITERS = 16  # threads writing (and fsyncing) the documents of one move_many
+
+
+class UnsafeSpoolPath(PrmeError):
+    """A spool folder or lock file is a symlink (or not a folder): it would lead writes out of
+    the pack, so the spool refuses it (issue 32, item 8)."""
+
+
+def check_real_folder(folder: Path) -> None:
+    """:class:`UnsafeSpoolPath` unless ``folder`` is missing or a directory itself (lstat: a
+    symlink to a directory is refused)."""
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(mode):
+        what = "a symlink" if stat.S_ISLNK(mode) else "not a directory"
+        raise UnsafeSpoolPath(
+            f"{folder} is {what}, not a folder of its own: prme-pg writes only inside the pack -- "
+            "move it away (the folder is made again) or put the pack where it belongs"
+        )
+
+
+def open_lock_file(path: Path) -> int:
+    """``path`` opened for a lock (created 0600), never through a symlink: :class:`UnsafeSpoolPath`."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise UnsafeSpoolPath(
+            f"{path} is a symlink: prme-pg does not follow a lock file out of the pack -- remove it"
+        ) from None
 
 
 class StateMismatch(PrmeError, LookupError):
@@ -145,9 +180,13 @@ class Spool:
         if len(set(self.states)) != len(self.states):
             raise ValueError("spool state names must be distinct")
         self._tmp = self.root / "tmp"
-        if create:
-            for folder in (self.root, self._tmp, *(self.root / s for s in self.states)):
+        # Each folder is checked before and after it is made: a planted symlink (outbox/pending
+        # -> elsewhere) would otherwise take every document out of the pack.
+        for folder in (self.root, self._tmp, *(self.root / s for s in self.states)):
+            check_real_folder(folder)
+            if create:
                 folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                check_real_folder(folder)
         self._lock_path = self.root / ".lock"
         self._thread_lock = threading.Lock()  # flock is per open file; serialise this object's threads too
 
@@ -167,7 +206,7 @@ class Spool:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         with self._thread_lock:
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = open_lock_file(self._lock_path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield

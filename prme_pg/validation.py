@@ -81,16 +81,23 @@ OPERATION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 _OPERATION_ID = re.compile(OPERATION_ID_PATTERN)
 #: A UUID in its 8-4-4-4-12 text form, any case (fullmatch it).
 UUID_TEXT = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+#: Every UUID text form the id alphabet allows (prme._operation_id): 8-4-4-4-12 or 32 hex digits,
+#: with or without ``urn:uuid:``, any case; each is stored as its lowercase 8-4-4-4-12 form.
+_UUID_OPERATION_ID = re.compile(
+    r"(?:urn:uuid:)?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})", re.IGNORECASE
+)
 
 
 def parse_operation_id(argument: str, value: object) -> str:
-    """An operation id as the ledger stores it: a UUID (object or 8-4-4-4-12 text) in its
-    lowercase form, any other id of 1 to 128 characters of ``A-Z a-z 0-9 . _ : -`` as
-    given; :class:`InvalidInput` otherwise, before any I/O."""
+    """An operation id as the ledger stores it: a UUID (object, or text 8-4-4-4-12 or 32 hex
+    digits, with or without ``urn:uuid:``, any case) as lowercase 8-4-4-4-12, any other id of 1
+    to 128 characters of ``A-Z a-z 0-9 . _ : -`` as given; :class:`InvalidInput` otherwise,
+    before any I/O."""
     if isinstance(value, UUID):
         return str(value)
     if isinstance(value, str) and _OPERATION_ID.fullmatch(value):
-        return value.lower() if UUID_TEXT.fullmatch(value) else value
+        found = _UUID_OPERATION_ID.fullmatch(value)
+        return str(UUID(found.group(1))) if found else value
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."

@@ -500,6 +500,38 @@ def test_operation_ids_are_text_of_a_safe_alphabet(conn: psycopg.Connection[Any]
     assert count(conn, "SELECT count(*) FROM prme.operations WHERE state = 'committed'") == 6
 
 
+def test_every_uuid_text_form_is_one_operation(conn: psycopg.Connection[Any]) -> None:
+    """Issue 32, item 10: a UUID without hyphens, or as a urn:uuid: URN, in any case, is the same
+    operation as its 8-4-4-4-12 form -- in SQL (every caller) and in the Python clients."""
+    from prme_pg.validation import parse_operation_id
+
+    canonical = "0f8fad5b-d9cb-469f-a165-70867728950e"
+    forms = (
+        "0F8FAD5BD9CB469FA16570867728950E",
+        "0f8fad5bd9cb469fa16570867728950e",
+        "urn:uuid:0f8fad5b-d9cb-469f-a165-70867728950e",
+        "URN:UUID:0F8FAD5BD9CB469FA16570867728950E",
+    )
+    first = submit(conn, "add_event", {"content": "once"}, operation_id=forms[0])
+    assert first["created"] is True and first["operation_id"] == uuid.UUID(canonical)
+    for form in (canonical, *forms):
+        assert parse_operation_id("operation_id", form) == canonical
+        assert submit(conn, "add_event", {"content": "once"}, operation_id=form)["created"] is False
+        assert receipt(conn, form)["operation_id"] == uuid.UUID(canonical)
+        (derived,) = conn.execute("SELECT prme.derived_id(%s)", (form,)).fetchone()
+        assert derived == derived_id(uuid.UUID(canonical))
+    dependent = submit(conn, "add_event", {"content": "after"}, operation_id="after-it", dependencies=list(forms))
+    (dependencies,) = conn.execute(
+        "SELECT dependencies FROM prme.operations WHERE operation_id = %s", (dependent["operation_id"],)
+    ).fetchone()
+    assert dependencies == [canonical]
+    assert count(conn, "SELECT count(*) FROM prme.operations WHERE operation_id <> 'after-it'") == 1
+    # Not a UUID form: stays as given (odd hyphens, 31 or 33 digits, a urn of something else).
+    for other in ("0f8fad5bd9cb-469f-a165-70867728950e", "0f8fad5bd9cb469fa16570867728950", "urn:uuid:x"):
+        assert parse_operation_id("operation_id", other) == other
+        assert submit(conn, "add_event", {"content": other}, operation_id=other)["operation_id"] == other
+
+
 def test_operation_kinds_are_written_once(conn: psycopg.Connection[Any]) -> None:
     """Python's one copy of the kinds (prme_pg.validation, which the outbox, the CLI and the HTTP
     API's schema use) equals the database's one list (prme._operation_kinds())."""

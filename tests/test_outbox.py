@@ -761,3 +761,42 @@ def test_a_symlink_in_a_state_folder_is_never_followed(tmp_path: Path, db_dsn: s
     unreadable = json.loads((pack / "outbox" / "rejected" / torn.name).read_text())
     assert unreadable["size"] == len(b"{torn SECRET-API-KEY-123") and "raw" not in unreadable
     assert unreadable["sha256"] == hashlib.sha256(b"{torn SECRET-API-KEY-123").hexdigest()
+
+
+# -- issue 32, item 8: the outbox never follows a symlink out of the pack --------------------------
+
+
+@pytest.mark.parametrize("planted", ["outbox", "outbox/pending", "outbox/tmp", "learning/pending"])
+def test_a_symlinked_state_folder_is_refused(tmp_path: Path, planted: str) -> None:
+    from prme_pg.learning import LearningQueue
+    from prme_pg.spool import UnsafeSpoolPath
+
+    pack, elsewhere = tmp_path / "pack", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (pack / planted).parent.mkdir(parents=True)
+    (pack / planted).symlink_to(elsewhere, target_is_directory=True)
+    opener = LearningQueue if planted.startswith("learning") else Outbox
+    for create in (True, False):
+        with pytest.raises(UnsafeSpoolPath, match="not a folder of its own") as raised:
+            opener(pack, create=create)
+        assert str(pack / planted) in str(raised.value)
+    assert list(elsewhere.iterdir()) == []  # nothing written outside the pack
+
+
+@pytest.mark.parametrize("lock", [".lock", "sync.lock"])
+def test_a_symlinked_lock_file_is_refused(tmp_path: Path, lock: str) -> None:
+    from prme_pg.spool import UnsafeSpoolPath
+
+    pack, target = tmp_path / "pack", tmp_path / "elsewhere" / "planted"
+    target.parent.mkdir()
+    outbox = Outbox(pack)
+    (outbox.root / lock).symlink_to(target)
+    take: Callable[[], object] = (
+        (lambda: outbox.enqueue("add_memory", {"user_id": "u", "content": "x"}, user_id="u"))
+        if lock == ".lock"
+        else SyncLock(outbox).acquire
+    )
+    with pytest.raises(UnsafeSpoolPath, match="symlink") as raised:
+        take()
+    assert str(outbox.root / lock) in str(raised.value)
+    assert not target.exists()  # not created through the link

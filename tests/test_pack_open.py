@@ -7,15 +7,18 @@ and a read-only command never creates the pack it was pointed at.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from prme_pg import AsyncMemoryClient, InvalidInput, MemoryClient
+from prme_pg import AsyncMemoryClient, InvalidInput, MemoryClient, PackUnreadable
+from prme_pg.outbox import Outbox
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,16 +56,72 @@ def test_a_damaged_pack_is_one_line_exit_1(tmp_path: Path, command: str) -> None
     assert str(file) in lines[0] and "restore it from a backup" in lines[0], lines[0]
 
 
-def test_a_new_pack_is_private_whatever_the_umask(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["mcp", "snapshot show", "add", "maintain"])
+def test_a_damaged_pack_is_one_line_exit_1_from_every_command(tmp_path: Path, command: str) -> None:
+    file = _damaged_pack(tmp_path / "pack")
+    pack = str(file.parent)
+    args = {
+        "mcp": ("mcp", "--pack", pack, "--user", "u"),
+        "snapshot show": ("snapshot", "show", "--pack", pack, "--user", "u", "--scope", "s"),
+        "add": ("add", "more", "--pack", pack, "--user", "u"),
+        "maintain": ("maintain", "--pack", pack, "--user", "u", "--report"),
+    }[command]
+    result = _cli(*args)
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert str(file) in lines[0] and "restore it from a backup" in lines[0], lines[0]
+
+
+def test_a_damaged_pack_is_pack_unreadable_from_both_clients(tmp_path: Path) -> None:
+    """Every opener gets the conversion: it is the pack's own opening code's (connection.py)."""
+    file = _damaged_pack(tmp_path / "pack")
+    with pytest.raises(PackUnreadable, match="restore it from a backup") as raised, MemoryClient(file.parent) as memory:
+        memory.list_nodes(user_id="u")
+    assert str(file) in str(raised.value)
+
+    async def open_async() -> None:
+        async with AsyncMemoryClient(file.parent) as memory:
+            await memory.list_nodes(user_id="u")
+
+    with pytest.raises(PackUnreadable, match="restore it from a backup") as raised:
+        asyncio.run(open_async())
+    assert str(file) in str(raised.value)
+
+
+def _add_sync(folder: Path) -> None:
+    with MemoryClient(folder) as memory:
+        memory.add_node("mine alone", user_id="u")
+
+
+def _add_async(folder: Path) -> None:
+    async def add() -> None:
+        async with AsyncMemoryClient(folder) as memory:
+            await memory.add_node("mine alone", user_id="u")
+
+    asyncio.run(add())
+
+
+def _add_cli(folder: Path) -> None:
+    result = _cli("add", "mine alone", "--pack", str(folder), "--user", "u")
+    assert result.returncode == 0, result
+
+
+def _enqueue(folder: Path) -> None:
+    Outbox(folder).enqueue("add_memory", {"user_id": "u", "content": "mine alone"}, user_id="u")
+
+
+@pytest.mark.parametrize("create", [_add_sync, _add_async, _add_cli, _enqueue], ids=lambda f: f.__name__)
+def test_a_new_pack_is_private_whatever_the_umask(tmp_path: Path, create: Callable[[Path], None]) -> None:
     previous = os.umask(0o022)
     try:
-        with MemoryClient(tmp_path / "deep" / "pack") as memory:
-            memory.add_node("mine alone", user_id="u")
+        create(tmp_path / "deep" / "pack")
     finally:
         os.umask(previous)
     folder = tmp_path / "deep" / "pack"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert stat.S_IMODE((folder / "pack.duckdb").stat().st_mode) == 0o600
+    if create is not _enqueue:  # the outbox needs no DuckDB file
+        assert stat.S_IMODE((folder / "pack.duckdb").stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize(
@@ -79,11 +138,26 @@ def test_a_url_that_is_not_postgresql_is_invalid_input(
     assert list(tmp_path.iterdir()) == []  # no folder named after the URL
 
 
-def test_a_read_only_command_refuses_a_pack_that_does_not_exist(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("recall", "--user", "u", "anything"),
+        ("snapshot", "show", "--user", "u", "--scope", "s"),
+        ("journal", "verify", "--user", "u"),
+        ("journal", "head", "--user", "u"),
+        ("maintain", "--user", "u", "--report"),
+        ("queue", "status"),
+        ("queue", "status", "--rejected"),
+    ],
+    ids=" ".join,
+)
+def test_a_read_only_command_refuses_a_pack_that_does_not_exist(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """Issue 32, item 12: every command that only reads refuses a missing pack in one line, exit 1."""
     typo = tmp_path / "typo" / "path"
-    result = _cli("recall", "--pack", str(typo), "--user", "u", "anything")
+    result = _cli(*command, "--pack", str(typo))
     assert result.returncode == 1, result
-    assert "no memory pack at" in result.stderr and "0 memories" not in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no memory pack at" in lines[0], result.stderr
     assert not typo.exists() and not typo.parent.exists()
 
 

@@ -19,13 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..aio import AsyncMemoryClient
 from ..errors import InvalidInput, NotFoundError
 from ..models import LedgerStatus, OperationEvent, Receipt
-from ..sqlstate import describe
 from ..tokens import ParsedToken
 from ..validation import LEDGER_KINDS, OPERATION_ID_PATTERN
 from .dependencies import Client, Owner, bearer, current_token
 from .fields import LOCATION_HEADER
 from .gate import trusted_of
-from .problems import problem_responses
+from .problems import problem_responses, unavailable_detail
 from .sse import EVENT_STREAM, After, LastEventId, MaxSeconds, event_stream, message, resume_after
 from .strict_json import StrictJSONRoute
 
@@ -319,7 +318,7 @@ async def _poll(
             if len(events) < STREAM_BATCH:
                 await asyncio.sleep(min(POLL_SECONDS, remaining, max(0.0, recheck_at - loop.time())))
     except (psycopg.Error, PoolTimeout) as exc:  # the response has started: say so in the stream, then end it
-        detail = f"the database is unavailable: {describe(exc)}"
+        detail, _ = unavailable_detail(exc)  # the reason is logged under the incident id, not sent
         yield message(last_id, "error", {"status": 503, "detail": detail})
 
 

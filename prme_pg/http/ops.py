@@ -15,8 +15,8 @@ from .. import __version__, migrations
 from ..aio import AsyncMemoryClient
 from ..backends.duckdb import AsyncDuckDBBackend
 from ..errors import PrmeError, SchemaMissing
-from ..sqlstate import describe
 from .dependencies import Client
+from .problems import unavailable_detail
 from .strict_json import StrictJSONRoute
 
 __all__ = ["router"]
@@ -112,7 +112,10 @@ async def ready(client: Client, request: Request, response: Response) -> Readine
     except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction, SchemaMissing):
         capabilities, problems = _NOTHING, ["the database has no prme schema (run prme-pg migrate)"]
     except (psycopg.Error, PoolTimeout) as exc:
-        capabilities, problems = _NOTHING, [f"the database is unavailable: {describe(exc)}"]
+        # A probe has no token: it gets the incident id, the server's log the reason (issue 32).
+        detail, incident = unavailable_detail(exc)
+        capabilities, problems = _NOTHING, [detail]
+        response.headers["X-Incident-Id"] = incident
     on_pack = isinstance(client.backend, AsyncDuckDBBackend)
     ready = capabilities.storage and (capabilities.ledger or on_pack)
     embedding = None

@@ -16,7 +16,15 @@ from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFoundError, NotOnPack, PrmeError
+from ..errors import (
+    IdempotencyConflict,
+    IntegrityError,
+    InvalidInput,
+    MigrationError,
+    NotFoundError,
+    NotOnPack,
+    PrmeError,
+)
 from ..sqlstate import database_unavailable, describe
 from .dependencies import Unauthorized, UnsupportedMediaType
 
@@ -103,6 +111,8 @@ async def _engine_error(_: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, NotOnPack):
         # serve --pack: a server capability the pack does not have (docs/DUCKDB.md).
         return problem(501, "not-on-pack", "Not Implemented", str(exc))
+    if isinstance(exc, MigrationError):  # SchemaMissing carries PostgreSQL's words ("function prme.x ...")
+        return server_failed(exc, "the server's database schema is not this release's")
     return problem(500, "internal", "Internal Server Error", str(exc))
 
 
@@ -128,10 +138,17 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
 MISSING_SCHEMA = ("3F000", "42883", "42P01", "42703")
 
 
+def log_incident(exc: BaseException, what: str, level: int = logging.ERROR) -> str:
+    """A new correlation id, logged with ``what`` and the exception (its SQLSTATE and message):
+    the detail stays in the server's log, the client gets the id (issue 32)."""
+    incident = uuid.uuid4().hex
+    log.log(level, "incident %s: %s: %s", incident, what, describe(exc))
+    return incident
+
+
 def server_failed(exc: BaseException, what: str = "the database failed") -> JSONResponse:
     """500 with a correlation id; the detail (a raw PostgreSQL message) goes to the server's log only."""
-    incident = uuid.uuid4().hex
-    log.error("incident %s: %s: %s", incident, what, describe(exc))
+    incident = log_incident(exc, what)
     detail = f"{what}; the server's log has the details under incident {incident}"
     return problem(500, "internal", "Internal Server Error", detail, {"X-Incident-Id": incident})
 
@@ -140,11 +157,15 @@ async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
     return unavailable(exc)
 
 
+def unavailable_detail(exc: BaseException) -> tuple[str, str]:
+    """The client's words for an unavailable database, and the incident id the log has the reason under."""
+    incident = log_incident(exc, "the database is unavailable", logging.WARNING)
+    return f"the database is unavailable; retry later (incident {incident})", incident
+
+
 def unavailable(exc: BaseException) -> JSONResponse:
     """503 with a correlation id; the reason goes to the server's log only."""
-    incident = uuid.uuid4().hex
-    log.warning("incident %s: the database is unavailable: %s", incident, describe(exc))
-    detail = f"the database is unavailable; retry later (incident {incident})"
+    detail, incident = unavailable_detail(exc)
     return problem(503, "unavailable", "Service Unavailable", detail, {**RETRY_SOON, "X-Incident-Id": incident})
 
 
@@ -160,8 +181,11 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     if database_unavailable(exc):
         return await _unavailable(request, exc)
     if exc.sqlstate is not None and exc.sqlstate.startswith("54"):
-        detail = f"the request exceeds a database limit: {describe(exc)}"
-        return problem(422, exc.sqlstate, "Invalid Input", detail)
+        # The request's, so 422 with the SQLSTATE; but not PostgreSQL's message, which can name
+        # internals ('... for index "nodes_content_idx"', a setting to raise): logged instead.
+        incident = log_incident(exc, "the request exceeds a database limit", logging.WARNING)
+        detail = f"the request exceeds a database limit (SQLSTATE {exc.sqlstate}; incident {incident})"
+        return problem(422, exc.sqlstate, "Invalid Input", detail, {"X-Incident-Id": incident})
     return server_failed(exc)
 
 

@@ -244,21 +244,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- 1 to 128 characters of a path-safe alphabet (docs/LEDGER.md, "Compatibility").
-    -- A UUID in its 8-4-4-4-12 form is one id whatever its case: lowercase, as the
-    -- ledger stored UUID ids before ids were text, so a retry finds its operation.
+    -- A UUID is one id whatever its text form -- 8-4-4-4-12 or 32 hex digits, with or without
+    -- "urn:uuid:", any case -- stored as lowercase 8-4-4-4-12, as the ledger stored UUID ids
+    -- before ids were text, so a retry in any form finds its operation.
     IF operation_id IS NULL OR operation_id !~ '^[A-Za-z0-9._:-]{1,128}$' THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422',
             MESSAGE = 'an operation id must be 1 to 128 characters of A-Z, a-z, 0-9, ".", "_", ":" and "-"',
             DETAIL = format('got %s', coalesce(quote_literal(left(operation_id, 80)), 'NULL'));
     END IF;
-    IF operation_id ~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
-        RETURN lower(operation_id);
+    IF operation_id ~* '^(urn:uuid:)?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$' THEN
+        RETURN regexp_replace(operation_id, '^urn:uuid:', '', 'i')::uuid::text;
     END IF;
     RETURN operation_id;
 END;
 $$;
 
 COMMENT ON FUNCTION prme._operation_id(text) IS
-'Internal: an operation id as the ledger stores it (a UUID in lowercase, any other id as given); PR422 unless '
+'Internal: an operation id as the ledger stores it (a UUID, in any of its text forms, as lowercase 8-4-4-4-12; '
+'any other id as given); PR422 unless '
 'it is 1 to 128 characters of A-Z a-z 0-9 . _ : -.';

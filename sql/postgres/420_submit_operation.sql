@@ -174,10 +174,15 @@ BEGIN
             MESSAGE = 'the user_id of an add_memory payload must be the operation''s owner',
             DETAIL = format('got %s', quote_literal(left(submit_operation.payload ->> 'user_id', 80)));
     END IF;
-    -- prme._operation_id, written out (its alphabet was checked above): a UUID in lowercase.
+    -- prme._operation_id, written out (its alphabet was checked above): a UUID in any text
+    -- form as lowercase 8-4-4-4-12 (length 36 after the match: that form, with no urn prefix).
     v_id := CASE
-        WHEN submit_operation.operation_id ~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$'
-            THEN lower(submit_operation.operation_id)
+        WHEN submit_operation.operation_id
+            ~* '^(urn:uuid:)?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$'
+            THEN CASE
+                WHEN length(submit_operation.operation_id) = 36 THEN lower(submit_operation.operation_id)
+                ELSE regexp_replace(submit_operation.operation_id, '^urn:uuid:', '', 'i')::uuid::text
+            END
         ELSE submit_operation.operation_id
     END;
     -- Each once, in the order given; ids as the ledger stores them.

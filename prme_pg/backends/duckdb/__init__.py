@@ -35,7 +35,7 @@ listed before it only:
 # The public names (__all__); and, re-exported as "X as X", the names tests/ and
 # bench/client_bench.py import from this package, as they did before the split.
 from .backend import AsyncDuckDBBackend, DuckDBBackend
-from .connection import DEFAULT_PATH, PACK_FILE, PackClosedError, PackInUseError, sql_directory
+from .connection import DEFAULT_PATH, PACK_FILE, PackClosedError, PackInUseError, PackUnreadable, sql_directory
 from .maintenance import _SETTING_KEYS as _SETTING_KEYS
 from .maintenance import report_statement as report_statement
 from .nodes import CONFIRM_NODE as CONFIRM_NODE
@@ -58,5 +58,6 @@ __all__ = [
     "DuckDBBackend",
     "PackClosedError",
     "PackInUseError",
+    "PackUnreadable",
     "sql_directory",
 ]

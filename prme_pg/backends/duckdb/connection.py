@@ -16,6 +16,7 @@ from typing import TypeVar
 import duckdb
 
 from ...errors import PrmeError
+from ...packfile import PACK_FILE_MODE, pack_folder
 
 T = TypeVar("T")
 
@@ -36,6 +37,19 @@ class PackInUseError(PrmeError):
             f"process at a time: close it there, or use another folder ({detail})"
         )
         self.path = path
+
+
+class PackUnreadable(PrmeError):
+    """The pack's DuckDB file cannot be opened: damaged, not a pack, or a newer DuckDB's."""
+
+    def __init__(self, file: Path, exc: BaseException) -> None:
+        text = str(exc).strip()
+        reason = text.splitlines()[0] if text else type(exc).__name__
+        super().__init__(
+            f"cannot open the memory pack file {file}: {reason} -- it is damaged or not a memory pack: "
+            "restore it from a backup, or move it away to start an empty pack"
+        )
+        self.file = file
 
 
 class PackClosedError(PrmeError):
@@ -86,23 +100,34 @@ class PackConnection:
         self.file = self.path / PACK_FILE
         self._clock = clock or _utc_now
         self._new_id = new_id or uuid.uuid4
-        if self.path.exists() and not self.path.is_dir():
-            raise PrmeError(f"{self.path} is not a folder; a memory pack is a folder")
-        self.path.mkdir(parents=True, exist_ok=True)
+        # Every way of opening a pack comes here (both clients, every command, serve, mcp), so
+        # here a new pack is made private and an unreadable file becomes one line (issue 32).
+        pack_folder(self.path)  # created 0700 if new
         self.lock = _pack_lock(self.file.resolve())
+        new = not self.file.exists()
         try:
             self._con: duckdb.DuckDBPyConnection | None = duckdb.connect(str(self.file))
         except duckdb.IOException as exc:
             if "lock" in str(exc).lower():
                 raise PackInUseError(self.path, str(exc)) from exc
-            # Not a DuckDB file, unreadable, a newer DuckDB's format: the pack is unavailable.
-            raise PrmeError(f"cannot open the memory pack file {self.file}: {exc}") from exc
+            raise PackUnreadable(self.file, exc) from None
+        except duckdb.Error as exc:
+            # Not a DuckDB file, damaged ("Corrupt database file", a bare duckdb.Error), a
+            # newer DuckDB's format: one line naming the file and what to do, no traceback.
+            raise PackUnreadable(self.file, exc) from None
+        if new:
+            self.file.chmod(PACK_FILE_MODE)  # before anything is written to it
         try:
             # This connection's own setting: no progress bar (it would print to the terminal
             # during a long statement, and watching for one costs every statement time: a
             # confirmation ran about 20 % faster without it on the loaded test machine).
             self._con.execute("SET enable_progress_bar = false")
             self._install()
+        except duckdb.Error as exc:
+            self.close()
+            if isinstance(exc, duckdb.IOException) or "corrupt" in str(exc).lower():
+                raise PackUnreadable(self.file, exc) from None  # damage found past the header
+            raise
         except BaseException:
             self.close()
             raise
