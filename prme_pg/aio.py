@@ -12,6 +12,7 @@ commit a moment later), and a retry with the same ``request_id`` is then a repla
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -229,24 +230,22 @@ class AsyncMemoryClient:
         ``node_id`` may be given (PR409 if taken). The client's embedder embeds ``content``
         (or ``embedding``, a vector by that model, is stored as given): recall finds the memory
         by meaning as soon as this returns."""
-        vector, model = await self._content_vector(content, embedding)
-        return await self._backend.execute(
-            add_node_request(
-                content,
-                user_id,
-                scope,
-                namespace,
-                kind,
-                confidence_base,
-                salience_base,
-                stability,
-                decay_profile,
-                next_review_at,
-                node_id,
-                vector,
-                model,
-            )
+        request = add_node_request(
+            content,
+            user_id,
+            scope,
+            namespace,
+            kind,
+            confidence_base,
+            salience_base,
+            stability,
+            decay_profile,
+            next_review_at,
+            node_id,
         )
+        # Arguments are checked before the model runs or the engine is asked anything.
+        vector, model = await self._content_vector(content, embedding)
+        return await self._backend.execute(dataclasses.replace(request, embedding=vector, embedding_model=model))
 
     @property
     def embedder(self) -> Embedder | None:
@@ -424,14 +423,15 @@ class AsyncMemoryClient:
         used as given). A ``None`` or blank query ranks every memory by strength alone; ``scopes``
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
         """
+        request = recall_request(query, user_id, scopes, max_count, as_of)
         embedder = await self._registered_embedder()
         if embedder is None:
             if query_embedding is not None:
                 raise no_embedder("query_embedding")
-            return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+            return await self._backend.execute(request)
         vector = await asyncio.to_thread(self._embeddings.query_vector, embedder, query, query_embedding)
         model = None if vector is None else embedder.model_id
-        return await self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of, vector, model))
+        return await self._backend.execute(dataclasses.replace(request, query_embedding=vector, embedding_model=model))
 
     async def find_nodes(
         self,

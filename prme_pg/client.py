@@ -17,6 +17,7 @@ engine validates everything else, with the same rules on both backends.
 
 from __future__ import annotations
 
+import dataclasses
 import fractions
 import hashlib
 import logging
@@ -350,7 +351,7 @@ class ClientEmbeddings:
         """``embedding`` checked against the model, else the content embedded; None for content the engine refuses."""
         if embedding is not None:
             return check_vector(embedding, embedder.dimensions)
-        if not isinstance(content, str) or len(content.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+        if not _embeddable(content):
             return None  # the engine refuses it with its own message
         vectors: Vector = embed_texts(embedder, [content])
         return cast(Vector, vectors[0])
@@ -364,8 +365,20 @@ class ClientEmbeddings:
         size = len(query.encode("utf-8", "surrogatepass"))
         if size > MAX_TEXT_BYTES:
             raise InvalidInput(f"query must be at most {MAX_TEXT_BYTES} bytes (got {size} bytes)")
+        if not _embeddable(query):
+            return None  # the engine refuses it with its own message
         vectors: Vector = embed_texts(embedder, [query])
         return cast(Vector, vectors[0])
+
+
+def _embeddable(text: object) -> bool:
+    """Text the engine would take: a str of valid UTF-8 (no lone surrogate), no NUL, at most 64 KiB."""
+    if not isinstance(text, str) or "\x00" in text:
+        return False
+    try:
+        return len(text.encode("utf-8")) <= MAX_TEXT_BYTES
+    except UnicodeEncodeError:
+        return False
 
 
 def no_embedder(argument: str) -> InvalidInput:
@@ -648,24 +661,22 @@ class MemoryClient:
         ``node_id`` may be given (PR409 if taken). The client's embedder embeds ``content``
         (or ``embedding``, a vector by that model, is stored as given): recall finds the memory
         by meaning as soon as this returns."""
-        vector, model = self._content_vector(content, embedding)
-        return self._backend.execute(
-            add_node_request(
-                content,
-                user_id,
-                scope,
-                namespace,
-                kind,
-                confidence_base,
-                salience_base,
-                stability,
-                decay_profile,
-                next_review_at,
-                node_id,
-                vector,
-                model,
-            )
+        request = add_node_request(
+            content,
+            user_id,
+            scope,
+            namespace,
+            kind,
+            confidence_base,
+            salience_base,
+            stability,
+            decay_profile,
+            next_review_at,
+            node_id,
         )
+        # Arguments are checked before the model runs or the engine is asked anything.
+        vector, model = self._content_vector(content, embedding)
+        return self._backend.execute(dataclasses.replace(request, embedding=vector, embedding_model=model))
 
     @property
     def embedder(self) -> Embedder | None:
@@ -839,17 +850,15 @@ class MemoryClient:
         used as given). A ``None`` or blank query ranks every memory by strength alone; ``scopes``
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
         """
+        request = recall_request(query, user_id, scopes, max_count, as_of)
         embedder = self._registered_embedder()
         if embedder is None:
             if query_embedding is not None:
                 raise no_embedder("query_embedding")
-            return self._backend.execute(recall_request(query, user_id, scopes, max_count, as_of))
+            return self._backend.execute(request)
         vector = self._embeddings.query_vector(embedder, query, query_embedding)
-        return self._backend.execute(
-            recall_request(
-                query, user_id, scopes, max_count, as_of, vector, None if vector is None else embedder.model_id
-            )
-        )
+        model = None if vector is None else embedder.model_id
+        return self._backend.execute(dataclasses.replace(request, query_embedding=vector, embedding_model=model))
 
     def find_nodes(
         self,

@@ -26,6 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from prme_pg import MemoryClient, backends
@@ -64,6 +65,10 @@ SAMPLE = {
     "max_count": 10,
     "after_seq": 0,
     "candidate_node_ids": (),
+    "model_id": "test-model-4",
+    "dimensions": 4,
+    "items": (),
+    "errors": (),
 }
 
 
@@ -82,6 +87,8 @@ def _sample(field: dataclasses.Field[Any], hint: Any) -> Any:
         return 1
     if typing.get_origin(hint) is dict:
         return {}
+    if field.name == "vectors":
+        return np.zeros((0, 4), dtype=np.float32)
     raise AssertionError(f"no sample value for {field.name}: {hint}; add one to SAMPLE")
 
 

@@ -121,9 +121,12 @@ def test_recall_takes_query_and_unknown_parameters_are_refused(tmp_path: Path) -
         memory.add_node("alice prefers tabs", user_id="alice")
         memory.add_node("alice lives in Berlin", user_id="alice")
     with serve(pack) as base, httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as http:
+        answers = {}
         for name in ("query", "q"):
             hits = http.get("/v1/recall", params={name: "tabs"}).json()["hits"]
-            assert [hit["content"] for hit in hits] == ["alice prefers tabs"], name
+            assert hits[0]["content"] == "alice prefers tabs", name  # the match first (meaning brings the rest)
+            answers[name] = [hit["id"] for hit in hits]
+        assert answers["query"] == answers["q"]
         assert http.get("/v1/recall", params={"query": "tabs", "q": "berlin"}).status_code == 422
         for path, params in (
             ("/v1/recall", {"qurey": "tabs"}),

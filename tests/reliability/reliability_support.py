@@ -115,6 +115,7 @@ def api_call(function: ApiFunction, args: dict[str, Any]) -> sql.Composed:
 REFERENCES: dict[str, tuple[str, str]] = {
     "node_id": ("nodes", "id"),
     "candidate_node_ids": ("nodes", "id"),
+    "node_ids": ("nodes", "id"),
     "evidence_id": ("events", "id"),
     "event_id": ("events", "id"),
     "request_id": ("journal", "request_id"),
@@ -147,6 +148,10 @@ SAMPLES: dict[tuple[str, str], Any] = {
     ("payload", "jsonb"): OPERATION_PAYLOAD,
     ("payload_hash", "text"): hashlib.sha256(rfc8785.dumps(OPERATION_PAYLOAD)).hexdigest(),
     ("value", "jsonb"): {"b": 1, "a": [1.5, "x"]},
+    ("model_id", "text"): "test-model-3",
+    ("dimensions", "integer"): 3,
+    ("user_ids", "text[]"): [],
+    ("embeddings", "real[]"): [],
 }
 
 
