@@ -71,8 +71,8 @@ SET search_path = pg_catalog, pg_temp
 RETURN (
     SELECT quote_ident(n.nspname)
     FROM pg_catalog.pg_attribute AS a
-    JOIN pg_catalog.pg_type AS t ON t.oid = a.atttypid
-    JOIN pg_catalog.pg_namespace AS n ON n.oid = t.typnamespace
+    INNER JOIN pg_catalog.pg_type AS t ON a.atttypid = t.oid
+    INNER JOIN pg_catalog.pg_namespace AS n ON t.typnamespace = n.oid
     WHERE a.attrelid = 'prme.node_embeddings'::regclass AND a.attname = 'embedding' AND t.typname = 'vector'
 );
 
@@ -80,8 +80,8 @@ COMMENT ON FUNCTION prme._vector_schema() IS
 'Internal: the quoted schema of pgvector''s types when prme.node_embeddings stores pgvector vectors, else NULL '
 '(no pgvector: recall is lexical).';
 
-CREATE FUNCTION prme._valid_embedding(model_id text, embedding real [])
-RETURNS real []
+CREATE FUNCTION prme._valid_embedding(model_id text, embedding real[])
+RETURNS real[]
 LANGUAGE plpgsql
 STABLE
 SET search_path = pg_catalog, pg_temp
@@ -123,7 +123,7 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme._valid_embedding(text, real []) IS
+COMMENT ON FUNCTION prme._valid_embedding(text, real[]) IS
 'Internal: the embedding if it fits its registered model (one dimension of the model''s size, finite components); '
 'PR422 otherwise. NULL stays NULL.';
 
@@ -226,10 +226,10 @@ GRANT EXECUTE ON FUNCTION prme.pending_embeddings(text, integer, boolean, text, 
 
 CREATE FUNCTION prme.store_embeddings(
     model_id text,
-    user_ids text [],
-    node_ids uuid [],
-    embeddings real [],
-    errors text [] DEFAULT NULL
+    user_ids text[],
+    node_ids uuid[],
+    embeddings real[],
+    errors text[] DEFAULT NULL
 )
 RETURNS TABLE (stored integer)
 LANGUAGE plpgsql
@@ -273,10 +273,12 @@ BEGIN
             MESSAGE = format('embeddings must hold %s vectors of %s numbers, one after another', v_count, v_dimensions),
             DETAIL = format('got %s numbers', coalesce(cardinality(store_embeddings.embeddings), 0));
     END IF;
-    IF EXISTS (
-        SELECT FROM unnest(store_embeddings.embeddings) AS c (component)
-        WHERE c.component IS NULL OR c.component IN ('NaN'::real, 'Infinity'::real, '-Infinity'::real)
-    ) THEN
+    -- Containment and array_position instead of unnest: four times faster over a batch's
+    -- 256,000 numbers (bench/proposals/05_store_embeddings_check.sql); NaN equals NaN here.
+    IF store_embeddings.embeddings @> ARRAY['NaN'::real]
+       OR store_embeddings.embeddings @> ARRAY['Infinity'::real]
+       OR store_embeddings.embeddings @> ARRAY['-Infinity'::real]
+       OR array_position(store_embeddings.embeddings, NULL) IS NOT NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'PR422', MESSAGE = 'embeddings must hold finite numbers (no NULL, NaN or infinity)';
     END IF;
@@ -301,14 +303,14 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) IS
+COMMENT ON FUNCTION prme.store_embeddings(text, text[], uuid[], real[], text[]) IS
 'Stores a batch of embeddings by model_id (embeddings: the vectors one after another, the model''s dimensions each), '
 'or per node the error of a failed attempt (errors[i] not NULL; its vector is then ignored). Keeps a vector already '
 'stored; skips missing memories. Returns the rows written (a set of one row: the PL/Proxy tier sends a batch to '
 'every shard, each stores its own owners'' memories). For the embedding worker.';
 
-REVOKE ALL ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) FROM public;
-GRANT EXECUTE ON FUNCTION prme.store_embeddings(text, text [], uuid [], real [], text []) TO prme_app;
+REVOKE ALL ON FUNCTION prme.store_embeddings(text, text[], uuid[], real[], text[]) FROM public;
+GRANT EXECUTE ON FUNCTION prme.store_embeddings(text, text[], uuid[], real[], text[]) TO prme_app;
 
 CREATE FUNCTION prme.embedding_status(model_id text)
 RETURNS TABLE (vector_search boolean, registered boolean, dimensions integer, pending bigint, failed bigint)

@@ -177,12 +177,20 @@ BEGIN
             $sql$
             nearest AS MATERIALIZED (
                 SELECT e.node_id AS id
-                FROM prme.node_embeddings AS e
-                JOIN prme.nodes AS n ON n.user_id = e.user_id AND n.id = e.node_id
-                WHERE e.user_id = $1 AND e.model_id = $5 AND e.embedding IS NOT NULL
-                  AND n.lifecycle_state NOT IN ('archived', 'deprecated')
-                  AND ($3 IS NULL OR n.scope = ANY ($3))
-                ORDER BY e.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector, e.node_id
+                FROM (
+                    SELECT v.node_id, v.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector AS distance
+                    FROM prme.node_embeddings AS v
+                    WHERE v.user_id = $1 AND v.model_id = $5 AND v.embedding IS NOT NULL
+                    ORDER BY distance, v.node_id
+                ) AS e
+                -- In distance order, each checked by its primary key until enough are found:
+                -- the owner's rows are not read as a whole for the lifecycle and scope.
+                CROSS JOIN LATERAL (
+                    SELECT FROM prme.nodes AS n
+                    WHERE n.user_id = $1 AND n.id = e.node_id
+                      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+                      AND ($3 IS NULL OR n.scope = ANY ($3))
+                ) AS recallable
                 LIMIT greatest(100, $7)
             ),
             $sql$,
@@ -191,11 +199,12 @@ BEGIN
         v_similarity := format(
             $sql$
             similarity AS (
-                SELECT e.node_id AS id,
-                    -(e.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector)::double precision AS cosine
-                FROM prme.node_embeddings AS e
-                WHERE e.user_id = $1 AND e.model_id = $5 AND e.embedding IS NOT NULL
-                  AND e.node_id IN (SELECT c.id FROM candidates AS c)
+                SELECT c.id, -(e.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector)::double precision AS cosine
+                FROM candidates AS c
+                CROSS JOIN LATERAL (
+                    SELECT v.embedding FROM prme.node_embeddings AS v
+                    WHERE v.user_id = $1 AND v.model_id = $5 AND v.node_id = c.id AND v.embedding IS NOT NULL
+                ) AS e
             ),
             $sql$,
             v_vectors
@@ -274,7 +283,10 @@ BEGIN
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4)
                     ) AS effective_confidence
                 FROM scored AS sc
-                JOIN prme.nodes AS n ON n.user_id = $1 AND n.id = sc.id
+                -- Each candidate by its primary key: a join would read all of the owner's rows.
+                CROSS JOIN LATERAL (
+                    SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = sc.id
+                ) AS n
                 OFFSET 0  -- a level of its own: each effective value is computed once per row
             ) AS d
             ORDER BY score DESC, d.id
