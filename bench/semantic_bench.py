@@ -56,6 +56,7 @@ from prme_pg import MemoryClient, testing
 from prme_pg.backends import RegisterEmbeddingModel
 from prme_pg.backends import duckdb as pack_sql
 from prme_pg.backends.duckdb import PACK_FILE
+from prme_pg.backends.postgres import Float4Array
 from prme_pg.client import recall_request
 from prme_pg.embedding_worker import embed_pending
 from prme_pg.embeddings import Embedder, Vector, load_embedder
@@ -265,7 +266,8 @@ def postgres(texts: list[str], questions: list[str], calls: int, adds: int) -> d
             assert hybrid.recall(questions[0], user_id=USER), "no hit"
 
             def engine(query: str, vector: Vector | None) -> Any:
-                arguments = (USER, query, None, None) if vector is None else (USER, query, vector.tolist(), model)
+                # The client's binary float4[] (prme_pg.backends.postgres): no float formatted as text.
+                arguments = (USER, query, None, None) if vector is None else (USER, query, Float4Array(vector), model)
                 return raw.execute(RAW_RECALL, arguments).fetchall()
 
             recall = alternate(
