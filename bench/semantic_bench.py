@@ -25,9 +25,9 @@ defaults but shared_buffers = 256MB; pgvector when installed) and on a memory pa
 
 Memories are ~100-character sentences from 16 templates over a small vocabulary (people,
 places, foods, tools, habits); questions are a few words ("where does my sister live").
-Every comparison runs in rounds alternating forward and backward, so load from other
-processes hits each side alike: quote the ratios; absolute numbers depend on the load
-(printed with ``uptime``'s load average).
+Every comparison interleaves its variants call by call, in an order that turns, so load
+from other processes, which comes and goes within seconds, hits each side alike: quote
+the ratios; absolute numbers depend on the load (printed with ``uptime``'s load average).
 """
 
 from __future__ import annotations
@@ -161,23 +161,21 @@ def p95(samples: Sequence[float]) -> float:
     return sorted(samples)[max(0, round(0.95 * len(samples)) - 1)]
 
 
-def alternate(
-    variants: dict[str, Callable[[int], Any]], calls: int, rounds: int = 6, warmup: int = 20
-) -> dict[str, list[float]]:
-    """Milliseconds per call of each variant (called with the call's number), in rounds
-    alternating forward and backward, so other load on the machine hits every variant alike."""
+def interleave(variants: dict[str, Callable[[int], Any]], calls: int, warmup: int = 20) -> dict[str, list[float]]:
+    """Milliseconds per call of each variant (called with the call's number), interleaved: call i
+    of every variant runs before call i + 1 of any, in an order that turns each time, so load
+    from other processes, which comes and goes within seconds, hits every variant alike."""
+    names = list(variants)
     for call in variants.values():
         for i in range(warmup):
             call(i)
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    per_round = max(1, calls // rounds)
-    for r in range(rounds):
-        for name in list(variants) if r % 2 == 0 else list(reversed(variants)):
-            call = variants[name]
-            for i in range(r * per_round, (r + 1) * per_round):
-                started = time.perf_counter()
-                call(i)
-                samples[name].append((time.perf_counter() - started) * 1000)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(calls):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            started = time.perf_counter()
+            variants[name](i)
+            samples[name].append((time.perf_counter() - started) * 1000)
     return samples
 
 
@@ -270,11 +268,11 @@ def postgres(texts: list[str], questions: list[str], calls: int, adds: int) -> d
                 arguments = (USER, query, None, None) if vector is None else (USER, query, Float4Array(vector), model)
                 return raw.execute(RAW_RECALL, arguments).fetchall()
 
-            recall = alternate(
+            recall = interleave(
                 recall_variants(hybrid, words, questions, vectors, engine, "prme.recall alone (psycopg)"), calls
             )
             new_texts = memory_texts(4 * adds + 200, random.Random(7))
-            add = alternate(
+            add = interleave(
                 {
                     "add_node with embedding (flushed commits)": lambda i: hybrid.add_node(
                         new_texts[i], user_id=WRITER
@@ -351,11 +349,11 @@ def pack(texts: list[str], questions: list[str], calls: int, adds: int) -> dict[
                 model_id = None if vector is None else model
                 return backend.execute(recall_request(query, USER, None, 10, None, vector, model_id))
 
-            recall = alternate(
+            recall = interleave(
                 recall_variants(hybrid, words, questions, vectors, engine, "the pack's recall alone (backend)"), calls
             )
             new_texts = memory_texts(2 * adds + 100, random.Random(7))
-            add = alternate(
+            add = interleave(
                 {
                     "add_node with embedding": lambda i: hybrid.add_node(new_texts[i], user_id=WRITER),
                     "add_node, embedder=False": lambda i: words.add_node(new_texts[adds + 50 + i], user_id=WRITER),

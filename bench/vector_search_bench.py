@@ -11,7 +11,7 @@ A throwaway cluster (prme_pg.testing, shared_buffers = 256MB, pgvector required)
 wordllama 256 (prme.node_embeddings, stored by embed_pending), and, in side tables of
 the same shape, by wordllama-128 and -64 (the same weights cut: Matryoshka) and as halfvec.
 It adds the partial HNSW index and prme.recall_hnsw of bench/proposals/04_recall_hnsw.sql,
-then times, side by side in alternating rounds: the nearest-100 query of 310_recall.sql
+then times, side by side, interleaved call by call: the nearest-100 query of 310_recall.sql
 and its variants, and whole recalls (exact, HNSW, words only). Quality: the overlap of each
 variant's 100 nearest with the exact 256-dim ones (recall@100) and of whole recalls'
 top 10 with the exact recall's (ties make the overlap of the nearest sets slightly below 1
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         def numbered(call: Callable[[str], list[Any]]) -> Callable[[int], list[Any]]:
             return lambda i: call(questions[i % len(questions)])
 
-        samples = sb.alternate({name: numbered(call) for name, call in calls.items()}, args.calls)
+        samples = sb.interleave({name: numbered(call) for name, call in calls.items()}, args.calls)
         conn.close()
     finally:
         cluster.destroy()
