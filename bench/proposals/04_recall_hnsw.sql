@@ -1,21 +1,24 @@
 -- Proposal (issue 31, item 4): recall's nearest memories by meaning through an HNSW index.
--- NOT APPLIED: the lead decides. Measured by bench/vector_search_bench.py (10,000 memories of
--- one owner, realistic ~100-character texts, wordllama 256 dims, pgvector 0.8.0, PostgreSQL 15,
--- 2 cores shared, load average 6.4 / 6.5 / 5.9; ratios side by side in one run, 30 calls each):
+-- NOT APPLIED: the lead decides. Measured by `.venv/bin/python bench/vector_search_bench.py`
+-- (2026-12-07 00:43 UTC; 10,000 memories of one owner, ~100-character texts, wordllama 256
+-- dims, pgvector 0.8.0, PostgreSQL 15; 2 shared cores at load average 3.7 to 4.6; 120 calls
+-- per row side by side in one run; vectors sent as the client sends them, binary float4[]):
 --
---   nearest 100 (the CTE alone)                        p50 ms   p95 ms   recall@100 vs exact
---   exact, as 310_recall.sql (join nodes, tie-break)    48.5     75.9     1.000
---   exact, the vectors alone (no join to nodes)         23.8     36.0     0.996 (ties)
---   HNSW, ef_search 100                                 11.5     19.2     0.835
---   HNSW, ef_search 200 (this file)                     10.5     21.4     0.979
---   exact halfvec(256), vectors alone                   14.3     34.6     0.997
---   exact wordllama-128, vectors alone                  16.4     32.1     0.681 (another model)
---   exact wordllama-64, vectors alone                   12.1     25.0     0.505 (another model)
+--   nearest 100 (the CTE alone)                        p50 ms   p95 ms   overlap with exact @100
+--   exact, as 310_recall.sql (join nodes, tie-break)    42.7     64.0     1.000
+--   exact, the vectors alone (no join to nodes)         15.1     23.4     0.997 (ties)
+--   HNSW, ef_search 100                                  6.8      9.9     0.863
+--   HNSW, ef_search 200 (this file)                      8.3     13.6     0.935
+--   exact halfvec(256), vectors alone                   13.9     25.4     0.996
+--   exact wordllama-128, vectors alone                  14.1     22.7     0.681 (another ranking)
+--   exact wordllama-64, vectors alone                    9.6     15.6     0.505 (another ranking)
 --
---   whole prme.recall, hybrid                           p50 ms   p95 ms   top 10 = exact's
---   310_recall.sql (exact)                             105.4    167.8     64 of 64 questions
---   this file (HNSW, ef_search 200)                     68.2    127.7     64 of 64 questions (0.65x)
---   words only (no vector)                              51.3     78.1
+--   whole recall, hybrid, max_count 10                  p50 ms   p95 ms   top 10 shared with exact
+--   prme.recall of 310_recall.sql (exact)              108.0    170.9     1.000
+--   this file (HNSW, ef_search 200)                     59.4    119.9     0.988  (0.55x the time)
+--   words only (no vector)                              35.7     70.2     0.294
+-- (An earlier run at load 6.4, 30 calls: 105.4 vs 68.2 ms, top 10 identical for 64 of 64
+-- questions, overlap @100 0.979; the HNSW graph differs per build.)
 --
 -- What changes: the nearest CTE orders by the vector cast to the model's dimensions, without
 -- the node_id tie-break (an ORDER BY with a second key cannot use the index), so a partial
@@ -26,7 +29,11 @@
 -- filtered out: without it, an owner with few of a large table's vectors gets few or none.
 -- Costs: the index is 9.3 MB for 10,000 vectors (the heap 11 MB) and took 4.9 s to build;
 -- every stored vector pays an HNSW insert. max_count above ef_search (1000 allowed) needs
--- ef_search raised per call, or the exact path.
+-- ef_search raised per call, or the exact path. Approximate means the engines can differ:
+-- the pack scans exactly, so the conformance tests comparing both engines by meaning would
+-- need a tolerance (top 10 shared 0.988 here), or a small owner (say < 1,000 vectors) kept on
+-- the exact path. Not measured: many owners sharing the index (the filter on user_id then
+-- relies on iterative_scan).
 --
 -- One index per registered model (the dimensions and the model id are the model's):
 CREATE INDEX node_embeddings_hnsw_wordllama_256 ON prme.node_embeddings
