@@ -17,8 +17,9 @@
 --   prme.recall of 310_recall.sql (exact)              108.0    170.9     1.000
 --   this file (HNSW, ef_search 200)                     59.4    119.9     0.988  (0.55x the time)
 --   words only (no vector)                              35.7     70.2     0.294
--- (An earlier run at load 6.4, 30 calls: 105.4 vs 68.2 ms, top 10 identical for 64 of 64
--- questions, overlap @100 0.979; the HNSW graph differs per build.)
+-- The HNSW graph differs per build: a run at load 6.4 (30 calls) measured 105.4 vs 68.2 ms,
+-- top 10 identical for 64 of 64 questions, overlap @100 0.979; one at load 4.0 (6 calls)
+-- 44.7 vs 30.0 ms (0.67x), top 10 0.988, overlap @100 0.877.
 --
 -- What changes: the nearest CTE orders by the vector cast to the model's dimensions, without
 -- the node_id tie-break (an ORDER BY with a second key cannot use the index), so a partial
