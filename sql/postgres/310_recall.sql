@@ -264,6 +264,15 @@ BEGIN
             FROM candidates AS c
             LEFT JOIN lexical AS l ON l.id = c.id
             LEFT JOIN similarity AS s ON s.id = c.id
+        ),
+        -- A score is between half its relevance and all of it (strength is in [0, 1]), so a
+        -- candidate below half the max_count-th best relevance cannot be among the best:
+        -- only the others have their rows read and their decay computed.
+        contenders AS (
+            SELECT sc.id, sc.relevance FROM scored AS sc
+            WHERE sc.relevance >= 0.5 * coalesce(
+                (SELECT b.relevance FROM scored AS b ORDER BY b.relevance DESC OFFSET $7 - 1 LIMIT 1), 0
+            )
         )
         SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
             r.effective_salience, r.effective_confidence, r.id, r.namespace::text, r.scope::text, r.kind::text,
@@ -282,7 +291,7 @@ BEGIN
                     prme._effective_confidence(n.confidence_base, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4)
                     ) AS effective_confidence
-                FROM scored AS sc
+                FROM contenders AS sc
                 -- Each candidate by its primary key: a join would read all of the owner's rows.
                 CROSS JOIN LATERAL (
                     SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = sc.id

@@ -112,6 +112,14 @@ scored AS (
     FROM candidates AS c
     LEFT JOIN lexical AS l ON l.id = c.id
     LEFT JOIN similarity AS s ON s.id = c.id
+),
+-- A score is between half its relevance and all of it, so a candidate below half the
+-- max_count-th best relevance cannot be among the best: the others alone are decayed.
+contenders AS (
+    SELECT sc.id, sc.relevance FROM scored AS sc
+    WHERE sc.relevance >= 0.5 * coalesce(
+        (SELECT b.relevance FROM scored AS b ORDER BY b.relevance DESC OFFSET $max_count - 1 LIMIT 1), 0
+    )
 )
 SELECT r.score, r.relevance, r.effective_salience, r.effective_confidence, n.id, n.namespace, n.scope,
     n.kind, n.content, n.lifecycle_state, n.decay_profile, n.confidence_base, n.salience_base,
@@ -124,7 +132,7 @@ FROM (
             prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
                 AS effective_salience,
             prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
-        FROM scored AS m
+        FROM contenders AS m
         JOIN (
             SELECT n.id, n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile,
                 prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
