@@ -115,6 +115,16 @@ def dump_json(value: object, argument: str = "value") -> str:
     """Compact JSON with sorted keys (key order is not part of a value): the form items are stored in."""
     if json_depth_exceeds(value, MAX_JSON_DEPTH):
         raise InvalidInput(f"{argument} must nest at most {MAX_JSON_DEPTH} levels deep")
+    stack: list[object] = [value]
+    while stack:  # json.dumps would turn a key 1 into "1": such a value would not come back as it went in
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            bad = next((k for k in node if not isinstance(k, str)), None)
+            if bad is not None:
+                raise InvalidInput(f"{argument} is not JSON: object keys must be strings, got {bad!r}")
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
     try:
         text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -580,7 +590,11 @@ class _Logic:
                 )
                 break
             except IdempotencyConflict:
-                # Another writer created this version first: ours comes after it.
+                # Another writer created this version first. The same value: the same put,
+                # made concurrently (a retry), and it is done; otherwise ours comes after it.
+                theirs = version_of((yield _call("get_node", node_id, user_id=owner)))
+                if theirs is not None and theirs.value_json == value_json and theirs.index == index:
+                    return None
                 older.add(node_id)
                 version += 1
         for old in older:
