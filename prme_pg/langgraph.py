@@ -391,6 +391,42 @@ class Index:
         return texts
 
 
+class IndexEmbedder:
+    """A LangGraph index's embeddings as a prme :class:`~prme_pg.embeddings.Embedder`.
+
+    Its ``model_id`` (``langgraph:<model>:<dims>``) is what recall compares vectors by: a
+    store's vectors never meet another model's. The store builds its clients with it
+    (``from_conn_string``); a client you build yourself for a store with an index takes
+    ``embedder=PrmeStore.embedder_for(index)``.
+    """
+
+    def __init__(self, index: Index) -> None:
+        self._index = index
+
+    @property
+    def model_id(self) -> str:
+        return self._index.model_id
+
+    @property
+    def dimensions(self) -> int:
+        return self._index.dims
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        rows = [
+            _mean_unit([vector], self._index.dims) for vector in self._index.embeddings.embed_documents(list(texts))
+        ]
+        return np.asarray(rows, dtype=np.float32).reshape(len(rows), self._index.dims)
+
+
+def _client_options(index: Index | None, client_type: type[Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The options of a store's own client: with an index, the index's embeddings as its embedder."""
+    if index is not None and "embedder" in inspect.signature(client_type).parameters:
+        options.setdefault("embedder", IndexEmbedder(index))
+    return options
+
+
 def _mean_unit(vectors: Sequence[Sequence[float]], dims: int) -> list[float]:
     """One unit vector for an item from its fields' vectors (prme keeps one vector per memory)."""
     total = [0.0] * dims
@@ -693,6 +729,13 @@ class _Store(BaseStore, Generic[ClientT]):
             supports_embedding=_embedding_supported(client),
         )
 
+    @staticmethod
+    def embedder_for(index: IndexConfig) -> IndexEmbedder:
+        """The embedder a client given to a store with this ``index`` config must be built with."""
+        parsed = Index.parse(index)
+        assert parsed is not None
+        return IndexEmbedder(parsed)
+
     def _indexed_texts(self, value: dict[str, Any], index: list[str] | Literal[False] | None) -> list[str]:
         assert self._index is not None
         return self._index.texts(value, index)
@@ -722,7 +765,8 @@ class PrmeStore(_Store[MemoryClient]):
     ) -> Iterator[Self]:
         """A store over a new client on ``target`` (a PostgreSQL URL or a pack folder), closed on exit."""
         _check_ttl(ttl)
-        with MemoryClient(target, **client_options) as client:
+        options = _client_options(Index.parse(index), MemoryClient, client_options)
+        with MemoryClient(target, **options) as client:
             yield cls(client, user_id=user_id, owner_rule=owner_rule, index=index, node_namespace=node_namespace)
 
     def setup(self) -> None:
@@ -792,7 +836,8 @@ class AsyncPrmeStore(_Store[AsyncMemoryClient]):
     ) -> AsyncIterator[Self]:
         """A store over a new async client on ``target``, closed on exit."""
         _check_ttl(ttl)
-        async with AsyncMemoryClient(target, **client_options) as client:
+        options = _client_options(Index.parse(index), AsyncMemoryClient, client_options)
+        async with AsyncMemoryClient(target, **options) as client:
             yield cls(client, user_id=user_id, owner_rule=owner_rule, index=index, node_namespace=node_namespace)
 
     async def setup(self) -> None:

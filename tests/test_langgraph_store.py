@@ -393,3 +393,63 @@ def test_langmem_tools_over_a_prme_store(engine: Engine) -> None:
         assert "alice prefers" not in search.invoke({"query": "spaces"}, config=config)
         history = values_in_journal(store.client, memory_id, "alice")
         assert [v["content"] for v in history] == ["alice prefers tabs over spaces", "alice prefers spaces now"]
+
+
+# -- an index config (LangGraph's dims / embed / fields) ---------------------------------
+
+
+class ConceptEmbeddings:
+    """A LangChain-style ``Embeddings`` (embed_documents / embed_query and their async forms):
+    one dimension per concept, so "kitten" is near "cat" though no word is shared."""
+
+    CONCEPTS = (("cat", "kitten", "feline"), ("tea", "matcha", "earl"), ("editor", "vim", "emacs"))
+
+    def __init__(self) -> None:
+        self.documents: list[str] = []
+
+    def _vector(self, text: str) -> list[float]:
+        words = text.lower().split()
+        vector = [float(sum(w.strip('.,"') in c for w in words)) for c in self.CONCEPTS] + [0.01]
+        return vector
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.documents.extend(texts)
+        return [self._vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return self.embed_query(text)
+
+
+def test_search_with_an_index_config(engine: Engine) -> None:
+    from langchain_core.embeddings import Embeddings
+
+    class Fake(ConceptEmbeddings, Embeddings):
+        pass
+
+    embeddings = Fake()
+    index = {"dims": 4, "embed": embeddings, "fields": ["text"]}
+    with PrmeStore.from_conn_string(engine.target, user_id=ALICE, index=index) as store:  # type: ignore[arg-type]
+        store.setup()
+        ns = ("notes",)
+        store.put(ns, "pet", {"text": "a small cat sleeps", "other": "matcha"})
+        store.put(ns, "drink", {"text": "earl grey tea", "other": "vim"})
+        store.put(ns, "tool", {"text": "nothing here", "title": "vim editor"}, index=["title"])
+        store.put(ns, "hidden", {"text": "cat cat cat"}, index=False)
+        hits = store.search(ns, query="cat")
+        assert hits and all(h.score is not None for h in hits)
+        assert hits[0].key in ("pet", "hidden")
+        if store._logic.supports_embedding:  # recall by meaning (issue 31): vectors of the indexed fields
+            assert "a small cat sleeps" in embeddings.documents and "vim editor" in embeddings.documents
+            assert not any("cat cat cat" in d for d in embeddings.documents)  # index=False: not embedded
+            assert [h.key for h in store.search(ns, query="kitten")][:1] == ["pet"]  # no shared word
+            assert [h.key for h in store.search(ns, query="emacs")][:1] == ["tool"]
+        else:  # words only until then: the index is accepted, the ranking is recall's
+            assert embeddings.documents == []
+        with pytest.raises(InvalidInput, match="dims"):
+            PrmeStore(store.client, user_id=ALICE, index={"dims": 0, "embed": embeddings})  # type: ignore[typeddict-item]
