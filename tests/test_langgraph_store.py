@@ -409,8 +409,7 @@ class ConceptEmbeddings:
 
     def _vector(self, text: str) -> list[float]:
         words = text.lower().split()
-        vector = [float(sum(w.strip('.,"') in c for w in words)) for c in self.CONCEPTS] + [0.01]
-        return vector
+        return [float(sum(w.strip('.,"') in c for w in words)) for c in self.CONCEPTS] + [0.01]
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         self.documents.extend(texts)
