@@ -79,6 +79,8 @@ ITEM_KIND = "item"
 _PAGE = 1000
 #: An item document's field holding the lookup words (hashes of its key and namespace prefixes).
 _REFS = "refs"
+#: Items whose last version a store remembers (then it starts over).
+_KNOWN_MAX = 100_000
 _ID_SPACE = uuid.UUID("6a0c1f5e-7d44-5b52-9a0e-2f7c8c3e1a34")
 
 OwnerRule = tuple[str, ...] | Callable[[tuple[str, ...]], str | None]
@@ -475,6 +477,8 @@ class _Logic:
         self.index = index
         self.node_namespace = node_namespace
         self.supports_embedding = supports_embedding
+        #: The version of each item this store wrote or read last: where get and put look first.
+        self._known: dict[tuple[str, tuple[str, ...], str], Version] = {}
 
     # owners
 
@@ -504,9 +508,21 @@ class _Logic:
 
     def get(self, op: GetOp) -> Plan:
         owner = self.owner(op.namespace, "namespace")
+        slot = (owner, tuple(op.namespace), op.key)
+        known = self._known.get(slot)
+        if known is not None:  # the version this store saw last: still current while it is active
+            with contextlib.suppress(NotFoundError):
+                node = yield _call("get_node", known.node_id, user_id=owner)
+                fresh = version_of(node)
+                if fresh is not None and fresh.active:
+                    return as_item(fresh)
         versions = yield from self.read_item(owner, op.namespace, op.key, ["active"])
         current = latest(versions).get((op.namespace, op.key))
-        return None if current is None else as_item(current)
+        if current is None:
+            self._known.pop(slot, None)
+            return None
+        self._known[slot] = current
+        return as_item(current)
 
     def items_under(self, owner: str, prefix: tuple[str, ...]) -> Plan:
         """Every item's newest active version under ``prefix``, newest change first."""
@@ -600,34 +616,42 @@ class _Logic:
                 tokenize_path(path)
         value_json = dump_json(dict(op.value))
         item_content(namespace, op.key, value_json, 1, None, index)  # size and text checked before any I/O
+        slot = (owner, namespace, op.key)
+        kwargs: dict[str, Any] = {}
+        if self.index is not None and self.supports_embedding:
+            kwargs["embedding"] = yield _call("_embed_value", dict(op.value), index)
+        known = self._known.get(slot)
+        # Fast paths, each of which falls back to the full one when the guess was wrong: a key
+        # this store has not seen is tried as version 1; a key it wrote or read last as version n
+        # is tried as n + 1. The derived node id makes a wrong guess a conflict, never an overwrite.
+        if known is None or known.value_json != value_json or known.index != index:
+            try:
+                created_at = None if known is None else known.first_created_at.isoformat()
+                version = 1 if known is None else known.version + 1
+                node = yield from self._add(owner, namespace, op.key, value_json, version, created_at, index, kwargs)
+            except IdempotencyConflict:
+                pass
+            else:
+                if known is not None:
+                    yield from self._archive(owner, known.node_id)
+                self._remember(slot, node)
+                return None
         versions = yield from self.read_item(owner, namespace, op.key, None)
         current = latest(versions).get((namespace, op.key))
         if current is not None and current.value_json == value_json and current.index == index:
+            self._known[slot] = current
             return None  # the same value again (a retry): nothing changes
         version = max((v.version for v in versions), default=0) + 1
         created_at = current.first_created_at.isoformat() if current is not None else None
         older = {v.node_id for v in versions if v.active}
-        kwargs: dict[str, Any] = {}
-        if self.index is not None and self.supports_embedding:
-            kwargs["embedding"] = yield _call("_embed_value", dict(op.value), index)
         while True:
-            content = item_content(namespace, op.key, value_json, version, created_at, index)
-            node_id = node_id_for(owner, namespace, op.key, version)
             try:
-                yield _call(
-                    "add_node",
-                    content,
-                    user_id=owner,
-                    scope=self.node_namespace,
-                    namespace=self.node_namespace,
-                    kind=ITEM_KIND,
-                    node_id=node_id,
-                    **kwargs,
-                )
+                node = yield from self._add(owner, namespace, op.key, value_json, version, created_at, index, kwargs)
                 break
             except IdempotencyConflict:
                 # Another writer created this version first. The same value: the same put,
                 # made concurrently (a retry), and it is done; otherwise ours comes after it.
+                node_id = node_id_for(owner, namespace, op.key, version)
                 theirs = version_of((yield _call("get_node", node_id, user_id=owner)))
                 if theirs is not None and theirs.value_json == value_json and theirs.index == index:
                     return None
@@ -635,9 +659,44 @@ class _Logic:
                 version += 1
         for old in older:
             yield from self._archive(owner, old)
+        self._remember(slot, node)
         return None
 
+    def _add(
+        self,
+        owner: str,
+        namespace: tuple[str, ...],
+        key: str,
+        value_json: str,
+        version: int,
+        created_at: str | None,
+        index: list[str] | Literal[False] | None,
+        kwargs: dict[str, Any],
+    ) -> Plan:
+        content = item_content(namespace, key, value_json, version, created_at, index)
+        node: Node = yield _call(
+            "add_node",
+            content,
+            user_id=owner,
+            scope=self.node_namespace,
+            namespace=self.node_namespace,
+            kind=ITEM_KIND,
+            node_id=node_id_for(owner, namespace, key, version),
+            **kwargs,
+        )
+        return node
+
+    def _remember(self, slot: tuple[str, tuple[str, ...], str], node: Node | None) -> None:
+        version = None if node is None else version_of(node)
+        if version is None or not version.active:
+            self._known.pop(slot, None)
+            return
+        if len(self._known) >= _KNOWN_MAX:
+            self._known.clear()
+        self._known[slot] = version
+
     def delete(self, owner: str, namespace: tuple[str, ...], key: str) -> Plan:
+        self._known.pop((owner, namespace, key), None)
         versions = yield from self.read_item(owner, namespace, key, ["active"])
         for v in versions:
             yield from self._archive(owner, v.node_id)

@@ -452,3 +452,24 @@ def test_search_with_an_index_config(engine: Engine) -> None:
             assert embeddings.documents == []
         with pytest.raises(InvalidInput, match="dims"):
             PrmeStore(store.client, user_id=ALICE, index={"dims": 0, "embed": embeddings})  # type: ignore[typeddict-item]
+
+
+def test_two_stores_see_each_others_writes(store: PrmeStore) -> None:
+    """A store remembers the version it saw last (get and put look there first); another
+    writer's change is never hidden by it."""
+    other = PrmeStore(store.client, user_id=ALICE)
+    ns = ("shared",)
+    store.put(ns, "k", {"v": 1})
+    assert store.get(ns, "k").value == {"v": 1}
+    other.put(ns, "k", {"v": 2})
+    assert store.get(ns, "k").value == {"v": 2}
+    store.put(ns, "k", {"v": 3})  # its guess of the next version is still right
+    other.put(ns, "k", {"v": 4})  # other's guess is stale: a conflict, then the full path
+    assert store.get(ns, "k").value == {"v": 4} and other.get(ns, "k").value == {"v": 4}
+    other.delete(ns, "k")
+    assert store.get(ns, "k") is None
+    store.put(ns, "k", {"v": 4})  # same value as it last saw, but deleted meanwhile: a new version
+    assert other.get(ns, "k").value == {"v": 4}
+    assert values_in_journal(store.client, "k") == [{"v": 1}, {"v": 2}, {"v": 3}, {"v": 4}, {"v": 4}]
+    active = [n for n in store.client.list_nodes(user_id=ALICE) if n.lifecycle_state == "active"]
+    assert len(active) == 1
