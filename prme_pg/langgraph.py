@@ -557,20 +557,32 @@ class _Logic:
         kwargs: dict[str, Any] = {}
         if self.index is not None and self.supports_embedding:
             kwargs["query_embedding"] = yield _call("_embed_query", op.query)
-        hits: list[RecallHit] = yield _call(
-            "recall", op.query, user_id=owner, scopes=[self.node_namespace], max_count=_PAGE, **kwargs
-        )
+        # Ask recall for a few times the page first (rows cost parsing); for all it can give
+        # (1,000) only when the prefix and filter left too few of them.
+        wanted = op.offset + op.limit
+        count = min(_PAGE, max(50, 4 * wanted))
+        while True:
+            hits: list[RecallHit] = yield _call(
+                "recall", op.query, user_id=owner, scopes=[self.node_namespace], max_count=count, **kwargs
+            )
+            ranked = self._ranked(hits, prefix, op.filter)
+            if len(ranked) >= wanted or len(hits) < count or count == _PAGE:
+                break
+            count = _PAGE
+        return ranked[op.offset : op.offset + op.limit]
+
+    def _ranked(self, hits: list[RecallHit], prefix: tuple[str, ...], filter: Mapping[str, Any] | None) -> list[Item]:
         seen: set[tuple[tuple[str, ...], str]] = set()
         ranked: list[Item] = []
         for hit in hits:
             version = version_of(hit) if hit.namespace == self.node_namespace else None
-            if version is None or version.namespace[: len(prefix)] != prefix or not passes(version, op.filter):
+            if version is None or version.namespace[: len(prefix)] != prefix or not passes(version, filter):
                 continue
             if (version.namespace, version.key) in seen:
                 continue
             seen.add((version.namespace, version.key))
             ranked.append(as_item(version, score=hit.score, search=True))
-        return ranked[op.offset : op.offset + op.limit]
+        return ranked
 
     def list_namespaces(self, op: ListNamespacesOp) -> Plan:
         conditions = tuple(op.match_conditions or ())
