@@ -26,13 +26,13 @@ import contextlib
 import hashlib
 import inspect
 import json
-import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Literal, Self, TypeVar
+from typing import Any, Generic, Literal, Self, TypeVar, cast
 
+import numpy as np
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -52,7 +52,8 @@ from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, toke
 
 from .aio import AsyncMemoryClient
 from .backends.postgres import is_dsn
-from .client import MemoryClient, Target
+from .client import MAX_TEXT_BYTES, MemoryClient, Target
+from .embeddings import MAX_DIMENSIONS, EmbeddingError, Vector, Vectors, embed_texts
 from .errors import IdempotencyConflict, InvalidInput, NotFoundError
 from .migrations import load_migrations
 from .models import Node, RecallHit
@@ -365,8 +366,8 @@ class Index:
         if not isinstance(config, Mapping) or "dims" not in config or "embed" not in config:
             raise InvalidInput("index must be a mapping with dims and embed (and optionally fields)")
         dims = config["dims"]
-        if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= 16000:
-            raise InvalidInput(f"index dims must be an integer from 1 to 16000, got {dims!r}")
+        if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= MAX_DIMENSIONS:
+            raise InvalidInput(f"index dims must be an integer from 1 to {MAX_DIMENSIONS}, got {dims!r}")
         embed = config["embed"]
         if isinstance(embed, str):
             name = embed
@@ -380,26 +381,45 @@ class Index:
         return cls(dims=dims, embeddings=ensure_embeddings(embed), fields=fields, model_id=f"langgraph:{name}:{dims}")
 
     def texts(self, value: dict[str, Any], index: list[str] | Literal[False] | None) -> list[str]:
-        """The texts of the fields an item is indexed by (``index=False``: none)."""
+        """The texts of the fields an item is indexed by, as LangGraph extracts them (``index=False``: none)."""
         if index is False:
             return []
-        paths = self.fields if index is None else tuple(index)
-        texts: list[str] = []
-        for path in paths:
-            if path == "$":  # the whole value
-                texts.append(json.dumps(value, ensure_ascii=False, sort_keys=True))
-            else:
-                texts.extend(get_text_at_path(value, path))
-        return texts
+        return fields_text(value, self.fields if index is None else tuple(index))
+
+
+def fields_text(value: dict[str, Any], paths: Sequence[str]) -> list[str]:
+    """The texts at ``paths`` of a value (LangGraph's ``get_text_at_path``; ``"$"``: the value as JSON)."""
+    texts: list[str] = []
+    for path in paths:
+        texts.extend(t for t in get_text_at_path(value, path) if t.strip())
+    return texts
+
+
+def value_text(value: Any) -> str:
+    """What a store without an index config embeds: the value's strings (at any depth, keys in sorted
+    order), one a line. Not its JSON: braces, quotes and field names every item shares would pull
+    every item's vector the same way (the default model averages its tokens)."""
+    texts: list[str] = []
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if node.strip():
+                texts.append(node)
+        elif isinstance(node, Mapping):
+            stack.extend(node[k] for k in sorted(node, reverse=True))
+        elif isinstance(node, list | tuple):
+            stack.extend(reversed(node))
+    return "\n".join(texts)
 
 
 class IndexEmbedder:
     """A LangGraph index's embeddings as a prme :class:`~prme_pg.embeddings.Embedder`.
 
     Its ``model_id`` (``langgraph:<model>:<dims>``) is what recall compares vectors by: a
-    store's vectors never meet another model's. The store builds its clients with it
-    (``from_conn_string``); a client you build yourself for a store with an index takes
-    ``embedder=PrmeStore.embedder_for(index)``.
+    store's vectors never meet another model's. A store writes and recalls through a copy of
+    its client with this embedder (``with_embedder``), always passing the vectors it computed
+    from the indexed fields and the query, so the client never embeds an item's document.
     """
 
     def __init__(self, index: Index) -> None:
@@ -413,33 +433,28 @@ class IndexEmbedder:
     def dimensions(self) -> int:
         return self._index.dims
 
-    def embed(self, texts: Sequence[str]) -> Any:
-        import numpy as np
-
-        rows = [
-            _mean_unit([vector], self._index.dims) for vector in self._index.embeddings.embed_documents(list(texts))
-        ]
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        rows = [unit_mean([vector], self._index.dims) for vector in self._index.embeddings.embed_documents(list(texts))]
         return np.asarray(rows, dtype=np.float32).reshape(len(rows), self._index.dims)
 
 
-def _client_options(index: Index | None, client_type: type[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The options of a store's own client: with an index, the index's embeddings as its embedder."""
-    if index is not None and "embedder" in inspect.signature(client_type).parameters:
-        options.setdefault("embedder", IndexEmbedder(index))
-    return options
-
-
-def _mean_unit(vectors: Sequence[Sequence[float]], dims: int) -> list[float]:
-    """One unit vector for an item from its fields' vectors (prme keeps one vector per memory)."""
-    total = [0.0] * dims
-    for vector in vectors:
-        if len(vector) != dims:
-            raise InvalidInput(f"the index's embed returned a vector of {len(vector)} dimensions, not {dims}")
-        norm = math.sqrt(sum(x * x for x in vector)) or 1.0
-        for i, x in enumerate(vector):
-            total[i] += x / norm
-    norm = math.sqrt(sum(x * x for x in total)) or 1.0
-    return [x / norm for x in total]
+def unit_mean(vectors: Sequence[Sequence[float]], dims: int) -> Vector:
+    """One unit vector for an item from its fields' vectors (prme keeps one vector per memory):
+    the mean of their directions."""
+    try:
+        rows = np.asarray(vectors, dtype=np.float64).reshape(len(vectors), -1)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(f"the index's embed returned something other than vectors of numbers: {exc}") from exc
+    if rows.shape[1] != dims:
+        raise EmbeddingError(f"the index's embed returned vectors of {rows.shape[1]} dimensions, not {dims}")
+    if not np.isfinite(rows).all():
+        raise EmbeddingError("the index's embed returned NaN or infinite components")
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    total = (rows / norms).sum(axis=0)
+    norm = float(np.linalg.norm(total)) or 1.0
+    unit: Vector = (total / norm).astype(np.float32)
+    return unit
 
 
 # -- the store's logic, written once for both clients ---------------------------------
@@ -456,6 +471,16 @@ def _call(name: str, *args: Any, **kwargs: Any) -> Call:
     return (name, args, kwargs)
 
 
+@dataclass
+class _Embedding:
+    """A put's vector: computed from its indexed text the first time the put writes a node."""
+
+    value: dict[str, Any]
+    index: list[str] | Literal[False] | None
+    vector: Vector | None = None
+    computed: bool = False
+
+
 class _Logic:
     """What both stores do, independent of how a client call is made."""
 
@@ -466,7 +491,6 @@ class _Logic:
         owner_rule: OwnerRule,
         index: Index | None,
         node_namespace: str,
-        supports_embedding: bool,
     ) -> None:
         if user_id is not None and not isinstance(user_id, str):
             raise InvalidInput(f"user_id must be a string, got {type(user_id).__name__}")
@@ -476,7 +500,6 @@ class _Logic:
         self.owner_rule = owner_rule
         self.index = index
         self.node_namespace = node_namespace
-        self.supports_embedding = supports_embedding
         #: The version of each item this store wrote or read last: where get and put look first.
         self._known: dict[tuple[str, tuple[str, ...], str], Version] = {}
 
@@ -554,9 +577,10 @@ class _Logic:
             items = yield from self.items_under(owner, prefix)
             chosen = [v for v in items if passes(v, op.filter)]
             return [as_item(v, search=True) for v in chosen[op.offset : op.offset + op.limit]]
-        kwargs: dict[str, Any] = {}
-        if self.index is not None and self.supports_embedding:
-            kwargs["query_embedding"] = yield _call("_embed_query", op.query)
+        # The query's vector by the store's model (the index's embed, else the client's
+        # embedder): recall ranks by words and meaning. None (no embedder): by words.
+        vector = yield _call("_embed_query", op.query)
+        kwargs: dict[str, Any] = {} if vector is None else {"query_embedding": vector}
         # Ask recall for a few times the page first (rows cost parsing); for all it can give
         # (1,000) only when the prefix and filter left too few of them.
         wanted = op.offset + op.limit
@@ -629,9 +653,7 @@ class _Logic:
         value_json = dump_json(dict(op.value))
         item_content(namespace, op.key, value_json, 1, None, index)  # size and text checked before any I/O
         slot = (owner, namespace, op.key)
-        kwargs: dict[str, Any] = {}
-        if self.index is not None and self.supports_embedding:
-            kwargs["embedding"] = yield _call("_embed_value", dict(op.value), index)
+        embedding = _Embedding(dict(op.value), index)
         known = self._known.get(slot)
         # Fast paths, each of which falls back to the full one when the guess was wrong: a key
         # this store has not seen is tried as version 1; a key it wrote or read last as version n
@@ -640,7 +662,7 @@ class _Logic:
             try:
                 created_at = None if known is None else known.first_created_at.isoformat()
                 version = 1 if known is None else known.version + 1
-                node = yield from self._add(owner, namespace, op.key, value_json, version, created_at, index, kwargs)
+                node = yield from self._add(owner, namespace, op.key, value_json, version, created_at, index, embedding)
             except IdempotencyConflict:
                 pass
             else:
@@ -658,7 +680,7 @@ class _Logic:
         older = {v.node_id for v in versions if v.active}
         while True:
             try:
-                node = yield from self._add(owner, namespace, op.key, value_json, version, created_at, index, kwargs)
+                node = yield from self._add(owner, namespace, op.key, value_json, version, created_at, index, embedding)
                 break
             except IdempotencyConflict:
                 # Another writer created this version first. The same value: the same put,
@@ -683,9 +705,13 @@ class _Logic:
         version: int,
         created_at: str | None,
         index: list[str] | Literal[False] | None,
-        kwargs: dict[str, Any],
+        embedding: _Embedding,
     ) -> Plan:
         content = item_content(namespace, key, value_json, version, created_at, index)
+        if not embedding.computed:  # once per put, and only when it writes
+            embedding.vector = yield _call("_embed_value", embedding.value, embedding.index)
+            embedding.computed = True
+        kwargs: dict[str, Any] = {} if embedding.vector is None else {"embedding": embedding.vector}
         node: Node = yield _call(
             "add_node",
             content,
@@ -743,9 +769,11 @@ def _check_ttl(ttl: TTLConfig | None) -> None:
         raise NotImplementedError(_TTL_REFUSED)
 
 
-def _embedding_supported(client: object) -> bool:
-    """Whether the client takes vectors (recall with embeddings, issue 31)."""
-    return "embedding" in inspect.signature(type(client).add_node).parameters  # type: ignore[attr-defined]
+def _check_query(query: str) -> None:
+    """A query recall would refuse is refused before any model runs on it."""
+    size = len(query.encode("utf-8", "surrogatepass"))
+    if size > MAX_TEXT_BYTES:
+        raise InvalidInput(f"query must be at most {MAX_TEXT_BYTES} bytes (got {size} bytes)")
 
 
 def _migrations_pending(applied: Sequence[str]) -> bool:
@@ -797,19 +825,33 @@ class _Store(BaseStore, Generic[ClientT]):
             owner_rule=owner_rule,
             index=self._index,
             node_namespace=node_namespace,
-            supports_embedding=_embedding_supported(client),
         )
+        # Two views of the client, over its connections: one whose model names the store's
+        # vectors (the index's embeddings, or the client's own embedder), for the writes and
+        # recalls that pass a vector the store computed; one with no embedder for every other
+        # call, so a client never embeds an item's document (its lookup hashes, its JSON).
+        self._vectors: ClientT = client if self._index is None else client.with_embedder(IndexEmbedder(self._index))
+        self._plain: ClientT = client.with_embedder(False)
 
-    @staticmethod
-    def embedder_for(index: IndexConfig) -> IndexEmbedder:
-        """The embedder a client given to a store with this ``index`` config must be built with."""
-        parsed = Index.parse(index)
-        assert parsed is not None
-        return IndexEmbedder(parsed)
+    def _client_for(self, kwargs: dict[str, Any]) -> ClientT:
+        return self._vectors if "embedding" in kwargs or "query_embedding" in kwargs else self._plain
 
-    def _indexed_texts(self, value: dict[str, Any], index: list[str] | Literal[False] | None) -> list[str]:
-        assert self._index is not None
-        return self._index.texts(value, index)
+    def _value_vector(self, value: dict[str, Any], index: list[str] | Literal[False] | None) -> Vector | None:
+        """A put's vector by the client's own embedder (no index config); None: none to store."""
+        if index is False or (embedder := self.client.embedder) is None:
+            return None
+        text = value_text(value) if index is None else "\n".join(fields_text(value, index))
+        if not text.strip():
+            return None
+        return cast(Vector, embed_texts(embedder, [text])[0])
+
+    def _query_vector(self, query: str) -> Vector | None:
+        """A query's vector by the client's own embedder (no index config); None without one."""
+        embedder = self.client.embedder
+        if embedder is None or not query.strip():
+            return None
+        _check_query(query)
+        return cast(Vector, embed_texts(embedder, [query])[0])
 
 
 class PrmeStore(_Store[MemoryClient]):
@@ -836,8 +878,8 @@ class PrmeStore(_Store[MemoryClient]):
     ) -> Iterator[Self]:
         """A store over a new client on ``target`` (a PostgreSQL URL or a pack folder), closed on exit."""
         _check_ttl(ttl)
-        options = _client_options(Index.parse(index), MemoryClient, client_options)
-        with MemoryClient(target, **options) as client:
+        Index.parse(index)  # a bad config is refused before connecting
+        with MemoryClient(target, **client_options) as client:
             yield cls(client, user_id=user_id, owner_rule=owner_rule, index=index, node_namespace=node_namespace)
 
     def setup(self) -> None:
@@ -852,13 +894,19 @@ class PrmeStore(_Store[MemoryClient]):
             assert self.client.backend is not None
 
     def _dispatch(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        index = self._index
         if name == "_embed_query":
-            assert self._index is not None
-            return _mean_unit([self._index.embeddings.embed_query(*args)], self._index.dims)
+            (query,) = args
+            if index is None:
+                return self._query_vector(query)
+            _check_query(query)
+            return unit_mean([index.embeddings.embed_query(query)], index.dims)
         if name == "_embed_value":
-            texts = self._indexed_texts(*args)
-            return _mean_unit(self._index.embeddings.embed_documents(texts), self._index.dims) if texts else None  # type: ignore[union-attr]
-        return getattr(self.client, name)(*args, **kwargs)
+            if index is None:
+                return self._value_vector(*args)
+            texts = index.texts(*args)
+            return unit_mean(index.embeddings.embed_documents(texts), index.dims) if texts else None
+        return getattr(self._client_for(kwargs), name)(*args, **kwargs)
 
     def _run(self, plan: Plan) -> Any:
         going, value = _advance(plan, None, None)
@@ -907,8 +955,8 @@ class AsyncPrmeStore(_Store[AsyncMemoryClient]):
     ) -> AsyncIterator[Self]:
         """A store over a new async client on ``target``, closed on exit."""
         _check_ttl(ttl)
-        options = _client_options(Index.parse(index), AsyncMemoryClient, client_options)
-        async with AsyncMemoryClient(target, **options) as client:
+        Index.parse(index)
+        async with AsyncMemoryClient(target, **client_options) as client:
             yield cls(client, user_id=user_id, owner_rule=owner_rule, index=index, node_namespace=node_namespace)
 
     async def setup(self) -> None:
@@ -922,14 +970,19 @@ class AsyncPrmeStore(_Store[AsyncMemoryClient]):
             await self.client.open()  # opens (creates, upgrades) the pack
 
     async def _dispatch(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if name == "_embed_query":
-            assert self._index is not None
-            return _mean_unit([await self._index.embeddings.aembed_query(*args)], self._index.dims)
+        index = self._index
+        if name == "_embed_query":  # the model runs in a thread: the event loop goes on meanwhile
+            (query,) = args
+            if index is None:
+                return await asyncio.to_thread(self._query_vector, query)
+            _check_query(query)
+            return unit_mean([await index.embeddings.aembed_query(query)], index.dims)
         if name == "_embed_value":
-            texts = self._indexed_texts(*args)
-            vectors = await self._index.embeddings.aembed_documents(texts) if texts else None  # type: ignore[union-attr]
-            return None if vectors is None else _mean_unit(vectors, self._index.dims)  # type: ignore[union-attr]
-        return await getattr(self.client, name)(*args, **kwargs)
+            if index is None:
+                return await asyncio.to_thread(self._value_vector, *args)
+            texts = index.texts(*args)
+            return unit_mean(await index.embeddings.aembed_documents(texts), index.dims) if texts else None
+        return await getattr(self._client_for(kwargs), name)(*args, **kwargs)
 
     async def _run(self, plan: Plan) -> Any:
         going, value = _advance(plan, None, None)

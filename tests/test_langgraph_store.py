@@ -16,6 +16,7 @@ import pytest
 from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
 from prme_pg import InvalidInput, MemoryClient
+from prme_pg.embeddings import EmbeddingError
 from prme_pg.langgraph import MAX_ITEM_BYTES, AsyncPrmeStore, OwnerError, PrmeStore
 
 from .conformance_backends import Engine, engine_fixture  # noqa: F401
@@ -182,16 +183,25 @@ def test_search_with_a_query_ranks_matches_with_a_score(store: PrmeStore) -> Non
     store.put(ns, "3", {"text": "dark chocolate is her favourite"})
     store.put(("elsewhere",), "4", {"text": "dark mode everywhere"})
     hits = store.search(ns, query="dark mode editor")
-    assert [h.key for h in hits][:2] == ["1", "3"]
-    assert "4" not in [h.key for h in hits]
-    assert all(h.score is not None for h in hits)
-    assert hits[0].score > hits[1].score
+    # Words and meaning: every word first, then one word; "2" shares none and comes back by
+    # meaning alone (every item under the prefix has a vector), last. Never one outside it.
+    assert [h.key for h in hits] == ["1", "3", "2"]
+    scores = [h.score for h in hits]
+    assert all(s is not None for s in scores)
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[1]  # type: ignore[type-var]
     assert [
         h.key for h in store.search(ns, query="dark mode editor", filter={"text": {"$ne": "x"}}, limit=1, offset=1)
-    ] == [hits[1].key]
-    assert store.search(ns, query="文字 nothing-matches-this") == []
+    ] == ["3"]
+    # No shared word: meaning alone, which weighs at most 0.4 of a score (docs/RECALL.md)
+    unmatched = store.search(ns, query="文字 nothing-matches-this")
+    assert {h.key for h in unmatched} <= {"1", "2", "3"}
+    assert all(h.score is not None and 0 <= h.score <= 0.4 for h in unmatched)
+    words_only = PrmeStore(store.client.with_embedder(False), user_id=ALICE)  # recall by words: nothing
+    assert words_only.search(ns, query="文字 nothing-matches-this") == []
+    assert [h.key for h in words_only.search(ns, query="dark mode editor")] == ["1", "3"]
     store.put(ns, "5", {"text": "日本語 テキスト"})
-    assert [h.key for h in store.search(ns, query="テキスト")] == ["5"]
+    assert [h.key for h in store.search(ns, query="テキスト")][:1] == ["5"]
+    assert [h.key for h in words_only.search(ns, query="テキスト")] == ["5"]
 
 
 # -- namespaces ------------------------------------------------------------------------
@@ -226,7 +236,10 @@ def test_owners_never_see_each_other(engine: Engine) -> None:
         assert alice.get(("prefs",), "k").value == {"who": "alice"}
         assert bob.get(("prefs",), "k").value == {"who": "bob"}
         assert [i.value for i in bob.search(())] == [{"who": "bob"}]
-        assert [i.value for i in bob.search((), query="alice")] == []
+        # alice's item shares the query's word and its meaning; bob's own comes back by
+        # meaning alone, alice's never (recall reads one owner's words and vectors)
+        assert [i.value for i in bob.search((), query="alice")] == [{"who": "bob"}]
+        assert [i.value for i in alice.search((), query="bob", limit=100)] == [{"who": "alice"}]
         bob.delete(("prefs",), "k")
         assert alice.get(("prefs",), "k").value == {"who": "alice"}
         assert bob.list_namespaces() == []
@@ -426,6 +439,8 @@ class ConceptEmbeddings:
 
 
 def test_search_with_an_index_config(engine: Engine) -> None:
+    """The index's embed computes each item's vector from its indexed fields (LangChain's
+    embed_documents) and the query's (embed_query); recall fuses them with the words."""
     from langchain_core.embeddings import Embeddings
 
     class Fake(ConceptEmbeddings, Embeddings):
@@ -439,19 +454,41 @@ def test_search_with_an_index_config(engine: Engine) -> None:
         store.put(ns, "pet", {"text": "a small cat sleeps", "other": "matcha"})
         store.put(ns, "drink", {"text": "earl grey tea", "other": "vim"})
         store.put(ns, "tool", {"text": "nothing here", "title": "vim editor"}, index=["title"])
-        store.put(ns, "hidden", {"text": "cat cat cat"}, index=False)
-        hits = store.search(ns, query="cat")
-        assert hits and all(h.score is not None for h in hits)
-        assert hits[0].key in ("pet", "hidden")
-        if store._logic.supports_embedding:  # recall by meaning (issue 31): vectors of the indexed fields
-            assert "a small cat sleeps" in embeddings.documents and "vim editor" in embeddings.documents
-            assert not any("cat cat cat" in d for d in embeddings.documents)  # index=False: not embedded
-            assert [h.key for h in store.search(ns, query="kitten")][:1] == ["pet"]  # no shared word
-            assert [h.key for h in store.search(ns, query="emacs")][:1] == ["tool"]
-        else:  # words only until then: the index is accepted, the ranking is recall's
-            assert embeddings.documents == []
+        store.put(ns, "pet", {"text": "a small cat sleeps", "other": "matcha"})  # a retry: nothing embedded
+        # Only the indexed fields' text is embedded: never another field, the item's document or its hashes
+        assert embeddings.documents == ["a small cat sleeps", "earl grey tea", "vim editor"]
+        # No query word is in any item: the fake's vectors rank, one concept each
+        for query, best in (("kitten", "pet"), ("emacs", "tool")):
+            hits = store.search(ns, query=query)
+            assert hits[0].key == best, query
+            assert hits[0].score is not None and hits[0].score > 0.25 > max(h.score or 0 for h in hits[1:])
+        # Words and meaning fused: a word of one item's unindexed field, the meaning of another's indexed one
+        assert {h.key for h in store.search(ns, query="vim", limit=2)} == {"drink", "tool"}
+        assert {h.key for h in store.search(ns, query="matcha", limit=2)} == {"pet", "drink"}
+        # The vectors are the index model's, registered with its dims (recall compares only them)
+        model = store._vectors.embedder
+        assert model is not None and (model.model_id, model.dimensions) == ("langgraph:Fake:4", 4)
         with pytest.raises(InvalidInput, match="dims"):
             PrmeStore(store.client, user_id=ALICE, index={"dims": 0, "embed": embeddings})  # type: ignore[typeddict-item]
+        with pytest.raises(EmbeddingError, match="dimensions"):
+            PrmeStore(store.client, user_id=ALICE, index={"dims": 3, "embed": embeddings}).put(ns, "x", {"text": "cat"})
+
+
+def test_index_false_is_found_by_words_and_filters_never_by_meaning(engine: Engine) -> None:
+    """``index=False`` stores no vector: the item is found by a filter and by its words, never by meaning alone.
+    With no index config the client's own embedder (the bundled model) embeds the value's text."""
+    with PrmeStore.from_conn_string(engine.target, user_id=ALICE) as store:
+        ns = ("people",)
+        store.put(ns, "indexed", {"text": "Bob drives a Tesla Model 3", "tag": "a"})
+        store.put(ns, "hidden", {"text": "Bob drives a Tesla Model 3", "tag": "b"}, index=False)
+        store.put(ns, "numbers", {"n": 3})  # no text: no vector
+        assert [i.key for i in store.search(ns, filter={"tag": "b"})] == ["hidden"]
+        by_meaning = [h.key for h in store.search(ns, query="which automobile")]  # no shared word
+        assert by_meaning == ["indexed"]
+        assert {h.key for h in store.search(ns, query="tesla")} == {"indexed", "hidden"}
+        # one vector per item that has one, by the client's model, none of the documents' hashes
+        recalled = store.client.recall("which automobile", user_id=ALICE, max_count=10)
+        assert [json.loads(h.content)["key"] for h in recalled] == ["indexed"]
 
 
 def test_two_stores_see_each_others_writes(store: PrmeStore) -> None:
@@ -473,3 +510,31 @@ def test_two_stores_see_each_others_writes(store: PrmeStore) -> None:
     assert values_in_journal(store.client, "k") == [{"v": 1}, {"v": 2}, {"v": 3}, {"v": 4}, {"v": 4}]
     active = [n for n in store.client.list_nodes(user_id=ALICE) if n.lifecycle_state == "active"]
     assert len(active) == 1
+
+
+def test_async_store_embeds_with_the_index_and_the_default_model(engine: Engine) -> None:
+    from langchain_core.embeddings import Embeddings
+
+    class Fake(ConceptEmbeddings, Embeddings):
+        pass
+
+    embeddings = Fake()
+    index = {"dims": 4, "embed": embeddings, "fields": ["text"]}
+
+    async def scenario() -> tuple[list[str], list[str], list[str]]:
+        async with AsyncPrmeStore.from_conn_string(engine.target, user_id=ALICE, index=index) as store:  # type: ignore[arg-type]
+            await store.aput(("n",), "pet", {"text": "a small cat"})
+            await store.aput(("n",), "tool", {"text": "vim"})
+            await store.aput(("n",), "hidden", {"text": "feline feline"}, index=False)
+            by_index = [h.key for h in await store.asearch(("n",), query="kitten")]
+        async with AsyncPrmeStore.from_conn_string(engine.target, user_id="bob") as store:  # the default model
+            await store.aput(("n",), "car", {"text": "Bob drives a Tesla Model 3"})
+            await store.aput(("n",), "hidden", {"text": "Bob drives a Tesla Model 3"}, index=False)
+            by_default = [h.key for h in await store.asearch(("n",), query="which automobile")]
+            by_words = [h.key for h in await store.asearch(("n",), query="tesla")]
+        return by_index, by_default, by_words
+
+    by_index, by_default, by_words = asyncio.run(scenario())
+    assert by_index[0] == "pet" and "hidden" not in by_index
+    assert embeddings.documents == ["a small cat", "vim"]
+    assert by_default == ["car"] and sorted(by_words) == ["car", "hidden"]
