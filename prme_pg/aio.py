@@ -12,6 +12,7 @@ commit a moment later), and a retry with the same ``request_id`` is then a repla
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -166,6 +167,17 @@ class AsyncMemoryClient:
         client._backend = AsyncPostgresBackend(pool)
         client._owns_backend = False
         client._closed = False
+        return client
+
+    def with_embedder(self, embedder: Embedder | str | bool | None) -> Self:
+        """This client's pool or pack with another embedder (``False``: none, words only).
+
+        The copy shares the connections and is not their owner: closing it closes nothing,
+        closing this client closes both. How one caller writes and recalls with a model of its
+        own, or with none, beside the client's (the LangGraph store, docs/LANGGRAPH.md).
+        """
+        client = copy.copy(self)  # the same backend object, so the same pool or pack
+        client._embeddings, client._owns_backend, client._closed = ClientEmbeddings(embedder), False, False
         return client
 
     @property

@@ -17,6 +17,7 @@ engine validates everything else, with the same rules on both backends.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fractions
 import hashlib
@@ -593,6 +594,7 @@ class MemoryClient:
             )
         else:
             self._backend = _LazyPack(self.target, clock=clock, new_id=new_id)  # opened by the first call needing it
+        self._owns_backend = True
         self._closed = False
 
     @classmethod
@@ -604,7 +606,19 @@ class MemoryClient:
         client.target = str(pool.conninfo)
         client._embeddings = ClientEmbeddings(embedder)
         client._backend = _BorrowedPool(pool)
+        client._owns_backend = True  # _BorrowedPool's close leaves the pool open
         client._closed = False
+        return client
+
+    def with_embedder(self, embedder: Embedder | str | bool | None) -> Self:
+        """This client's pool or pack with another embedder (``False``: none, words only).
+
+        The copy shares the connections and is not their owner: closing it closes nothing,
+        closing this client closes both. How one caller writes and recalls with a model of its
+        own, or with none, beside the client's (the LangGraph store, docs/LANGGRAPH.md).
+        """
+        client = copy.copy(self)  # the same backend object, so the same pool or pack
+        client._embeddings, client._owns_backend, client._closed = ClientEmbeddings(embedder), False, False
         return client
 
     @property
@@ -618,7 +632,8 @@ class MemoryClient:
         """Close the pool or the pack. Idempotent."""
         if not self._closed:
             self._closed = True
-            self._backend.close()
+            if self._owns_backend:
+                self._backend.close()
 
     @property
     def closed(self) -> bool:

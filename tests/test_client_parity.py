@@ -29,6 +29,8 @@ ASYNC_TYPES = {
 COUNTERPARTS = {"__init__": "__init__", "__enter__": "__aenter__", "__exit__": "__aexit__"}
 # Only the async client needs opening (the sync one is opened by its constructor).
 ASYNC_ONLY = {"open"}
+# Methods that make no call (a copy of the client): plain methods on both.
+NO_IO = {"with_embedder"}
 
 
 def _public(cls: type) -> set[str]:
@@ -67,7 +69,12 @@ def test_each_method_has_the_same_kind_and_signature(sync_name: str, async_name:
     async_static = inspect.getattr_static(AsyncMemoryClient, async_name)
     assert type(sync_static) is type(async_static), "one is a property, classmethod or method and the other not"
     sync, aio = _unwrap(MemoryClient, sync_name), _unwrap(AsyncMemoryClient, async_name)
-    if isinstance(sync_static, property) or sync_name == "__init__" or isinstance(sync_static, classmethod):
+    if (
+        isinstance(sync_static, property)
+        or sync_name == "__init__"
+        or isinstance(sync_static, classmethod)
+        or sync_name in NO_IO
+    ):
         assert not inspect.iscoroutinefunction(aio)
     elif inspect.isgeneratorfunction(sync):
         assert inspect.isasyncgenfunction(aio), f"{async_name} must be an async generator"
