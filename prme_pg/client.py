@@ -183,7 +183,8 @@ def add_node_request(
     )
 
 
-_ITEM_FIELDS = frozenset(
+#: The fields of one memory of an add_nodes batch: add_node's arguments and created_at.
+NODE_ITEM_FIELDS = frozenset(
     {
         "content",
         "scope",
@@ -207,7 +208,7 @@ def node_item(item: Mapping[str, Any] | NodeItem) -> NodeItem:
         return item
     if not isinstance(item, Mapping):
         raise InvalidInput(f"must be a mapping of add_node's arguments, got {type(item).__name__}")
-    unknown = sorted(set(item) - _ITEM_FIELDS)
+    unknown = sorted(set(item) - NODE_ITEM_FIELDS)
     if unknown:
         raise InvalidInput(f"unknown field {unknown[0]}")
     if not isinstance(item.get("content"), str):

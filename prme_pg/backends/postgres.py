@@ -645,6 +645,12 @@ def _time_text(value: datetime) -> str:
     return value.isoformat()
 
 
+def _json_number(value: Decimal) -> int | float:
+    # An integral value as an integer (7, not 7.0, in an error's "got"); else its float,
+    # whose shortest repr is the Decimal's own digits for the 4 decimals a fraction has.
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
 def node_item_json(item: NodeItem) -> dict[str, Any]:
     """One item of prme.add_nodes' array: only the fields that differ from its defaults,
     fractions as JSON numbers (a float's shortest repr is the Decimal's own digits)."""
@@ -656,9 +662,9 @@ def node_item_json(item: NodeItem) -> dict[str, Any]:
     if item.kind != "fact":
         doc["kind"] = item.kind
     if item.confidence_base != Decimal("0.5"):
-        doc["confidence_base"] = float(item.confidence_base)
+        doc["confidence_base"] = _json_number(item.confidence_base)
     if item.salience_base != Decimal("0.5"):
-        doc["salience_base"] = float(item.salience_base)
+        doc["salience_base"] = _json_number(item.salience_base)
     if item.stability != "low":
         doc["stability"] = item.stability
     if item.decay_profile != "medium":
