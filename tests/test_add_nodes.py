@@ -88,6 +88,14 @@ def test_a_batch_journals_what_add_node_journals_one_by_one(
     assert memory.verify_journal(user_id=ALICE) == []
     assert memory.verify_journal(user_id=ALICE, independent=True) == []
     assert all(memory.replay_node(n.id, user_id=ALICE).matches for n in nodes)
+    # The derived search vector is add_node's too (computed with the owner's key once per batch).
+    with psycopg.connect(db_dsn) as conn:
+        row = conn.execute(
+            "SELECT bool_and(search = array_to_tsvector(prme._owner_lexemes(user_id, content))), count(*) "
+            "FROM prme.nodes WHERE user_id = %s",
+            [ALICE],
+        ).fetchone()
+    assert row == (True, len(items))
 
 
 def test_a_retried_batch_writes_nothing_and_reports_replays(memory: MemoryClient, db_dsn: str) -> None:
