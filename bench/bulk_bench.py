@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prme_pg import MemoryClient, testing  # noqa: E402
-from prme_pg.bulk import import_lines, read_lines  # noqa: E402
+from prme_pg import MemoryClient, testing
+from prme_pg.bulk import import_lines, read_lines
 
 
 def write_file(path: Path, count: int, owners: int) -> None:
