@@ -23,7 +23,8 @@ $(BIN)/python:
 
 # The package alone (what `make demo` needs), and the package with its dev tools.
 $(VENV)/.installed-package: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+	@echo "installing prme-pg and its dependencies (psycopg, duckdb, rich, ...) into $(VENV), once:"
+	$(BIN)/python -m pip install --progress-bar on -e .
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python

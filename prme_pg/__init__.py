@@ -17,7 +17,15 @@ if TYPE_CHECKING:
     from .aio import AsyncMemoryClient
     from .backends.duckdb import PackInUseError
     from .client import MemoryClient
-    from .errors import IdempotencyConflict, IntegrityError, InvalidInput, MigrationError, NotFoundError, PrmeError
+    from .errors import (
+        IdempotencyConflict,
+        IntegrityError,
+        InvalidInput,
+        MigrationError,
+        NotFoundError,
+        PrmeError,
+        SchemaMissing,
+    )
     from .models import (
         AppliedOp,
         AssembledPrompt,
@@ -72,6 +80,7 @@ __all__ = [
     "Receipt",
     "ReplayResult",
     "ReviewSchedule",
+    "SchemaMissing",
     "Snapshot",
 ]
 
@@ -83,7 +92,15 @@ _MODULE_OF = {
     "MemoryClient": ".client",
     "PackInUseError": ".backends.duckdb",
     **dict.fromkeys(
-        ("IdempotencyConflict", "IntegrityError", "InvalidInput", "MigrationError", "NotFoundError", "PrmeError"),
+        (
+            "IdempotencyConflict",
+            "IntegrityError",
+            "InvalidInput",
+            "MigrationError",
+            "NotFoundError",
+            "PrmeError",
+            "SchemaMissing",
+        ),
         ".errors",
     ),
 }

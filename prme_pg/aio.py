@@ -342,28 +342,27 @@ class AsyncMemoryClient:
         )
 
     async def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
-        """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
+        """Whether ``token_sha256`` is a live bearer token of ``user_id``."""
         return await self._backend.execute(AuthenticateApiToken(user_id=user_id, token_sha256=token_sha256))
 
     async def create_api_token(self, user_id: str, *, label: str = "") -> str:
-        """Mint a bearer token for ``user_id``; only its sha256 is stored, so show it once (PostgreSQL only)."""
+        """Mint a bearer token for ``user_id``; only its sha256 is stored, so show it once."""
         token = new_token(user_id)
         await self._backend.execute(CreateApiToken(user_id=user_id, token_sha256=token_sha256(token), label=label))
         return token
 
     async def revoke_api_token(self, token: str) -> bool:
-        """Revoke a bearer token; false when it is malformed, unknown or already revoked (PostgreSQL only)."""
+        """Revoke a bearer token; false when it is malformed, unknown or already revoked."""
         parsed = parse_token(token)
         if parsed is None:
             return False
         return await self._backend.execute(RevokeApiToken(user_id=parsed.user_id, token_sha256=parsed.sha256))
 
     async def readiness(self) -> tuple[bool, list[str]]:
-        """Whether the database accepts writes, and its applied migrations as ``version:sha256``
-        (PostgreSQL only)."""
+        """Whether the database accepts writes, and its applied migrations as ``version:sha256``."""
         return await self._backend.execute(GetReadiness())
 
-    # -- recall and snapshots (PostgreSQL only) --
+    # -- recall and snapshots (docs/SNAPSHOTS.md) --
 
     async def recall(
         self,
@@ -374,7 +373,7 @@ class AsyncMemoryClient:
         max_count: int = 10,
         as_of: datetime | None = None,
     ) -> list[RecallHit]:
-        """Memories of ``user_id`` matching ``query``, best first (``prme.recall``; PostgreSQL only).
+        """Memories of ``user_id`` matching ``query``, best first (``prme.recall``).
 
         A ``None`` or blank query ranks every memory by strength alone; ``scopes``
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
@@ -410,7 +409,7 @@ class AsyncMemoryClient:
         max_bytes: int = 65536,
         expected_generation_id: str | None = None,
     ) -> PublishResult:
-        """Publish the current generation of ``scope`` (``prme.publish_snapshot``; PostgreSQL only).
+        """Publish the current generation of ``scope`` (``prme.publish_snapshot``).
 
         With ``expected_generation_id`` (or ``"none"`` for a never-published scope), a
         different current generation raises :class:`IdempotencyConflict` (PR409).
@@ -426,17 +425,16 @@ class AsyncMemoryClient:
         )
 
     async def current_snapshot(self, scope: str, *, user_id: str) -> Snapshot:
-        """The current generation of ``scope``, verified; :class:`NotFoundError` if never published
-        (PostgreSQL only)."""
+        """The current generation of ``scope``, verified; :class:`NotFoundError` if never published."""
         return await self._backend.execute(GetCurrentSnapshot(user_id=user_id, scope=scope))
 
     async def get_snapshot(self, scope: str, generation_id: str, *, user_id: str) -> Snapshot:
-        """One generation of ``scope`` by id, current or not, verified (PostgreSQL only)."""
+        """One generation of ``scope`` by id, current or not, verified."""
         return await self._backend.execute(GetSnapshot(user_id=user_id, scope=scope, generation_id=generation_id))
 
     async def assemble_prompt(self, scopes: str | Iterable[str], *, user_id: str, budget_bytes: int) -> AssembledPrompt:
         """Prompt text from the current generation of each scope, within ``budget_bytes``
-        (``prme.assemble_prompt``; PostgreSQL only)."""
+        (``prme.assemble_prompt``)."""
         return await self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
 
     # -- outcomes and maintenance --
@@ -528,7 +526,7 @@ class AsyncMemoryClient:
         self, *, user_id: str, include_resolved: bool = False, max_count: int = 100
     ) -> list[CorrectionInboxEntry]:
         """The corrections of ``user_id`` that matched zero or several memories, oldest first:
-        open ones, or all with ``include_resolved`` (PostgreSQL only)."""
+        open ones, or all with ``include_resolved``."""
         return await self._backend.execute(
             ListCorrectionInbox(user_id=user_id, include_resolved=include_resolved, max_count=max_count)
         )
@@ -538,7 +536,7 @@ class AsyncMemoryClient:
     ) -> CorrectionInboxEntry:
         """Link an inbox entry to a memory (appending its explicit_correction), or dismiss it
         (``node_id=None``). The same resolution again returns the entry; another one raises
-        :class:`IdempotencyConflict` (PostgreSQL only)."""
+        :class:`IdempotencyConflict`."""
         return await self._backend.execute(resolve_correction_request(inbox_id, node_id, user_id))
 
     async def mark_reviewed(self, node_id: UUID | str, *, user_id: str, next_review_at: datetime | None = None) -> Node:
@@ -548,7 +546,7 @@ class AsyncMemoryClient:
 
     async def get_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
         """The effective review cadence and decay per overdue cycle of ``user_id`` for each
-        stability (PostgreSQL only)."""
+        stability."""
         return await self._backend.execute(GetMaintenanceSettings(user_id=user_id))
 
     async def set_maintenance_setting(
@@ -562,7 +560,7 @@ class AsyncMemoryClient:
         )
 
     async def reset_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
-        """Remove the overrides of ``user_id``: the defaults apply again (PostgreSQL only)."""
+        """Remove the overrides of ``user_id``: the defaults apply again."""
         return await self._backend.execute(ResetMaintenanceSettings(user_id=user_id))
 
     # -- the operations ledger (PostgreSQL only; docs/LEDGER.md) --

@@ -19,6 +19,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -235,6 +236,8 @@ def _default_dsn() -> str | None:
 
 def _require_dsn(args: argparse.Namespace) -> str:
     if not args.dsn:
+        if hasattr(args, "pack") and args.pack is None:  # the command also runs on a memory pack: say so
+            raise UsageError("no backend given: pass --pack DIR (a memory pack) or --dsn URL (or set PRME_DSN)")
         raise UsageError("no database given: pass --dsn URL or set PRME_DSN (or DATABASE_URL)")
     return str(args.dsn)
 
@@ -275,19 +278,29 @@ def _pack(args: argparse.Namespace) -> Path | None:
     return Path(pack)
 
 
-def _client(args: argparse.Namespace) -> MemoryClient:
+def _client(args: argparse.Namespace, *, reads: bool = False) -> MemoryClient:
     """A one-connection client for a command, after the fail-fast check of :func:`_reachable`;
-    or, with --pack, a client of that memory pack."""
+    or, with --pack, a client of that memory pack. ``reads``: the command only reads, so a
+    pack that does not exist is an error (a mistyped path), not a new empty pack."""
     from .client import MemoryClient
 
     pack = _pack(args)
     if pack is not None:
+        if reads and not (pack / "pack.duckdb").is_file():
+            raise PrmeError(f"no memory pack at {pack}: check --pack (this command does not create one)")
         return MemoryClient(pack)  # a path is always a pack, never a DSN
     return MemoryClient(_reachable(args), min_size=1, max_size=1, timeout=CONNECT_TIMEOUT)
 
 
+def _json_value(value: object) -> object:
+    """Times as RFC 3339 in UTC (``2026-12-06T23:10:55.123456Z``), as the HTTP API writes them."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
 def _print_json(document: object) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(document, indent=2, default=_json_value) + "\n")
 
 
 def cmd_migrate(args: argparse.Namespace, console: Console) -> int:
@@ -370,20 +383,23 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         from .aio import AsyncMemoryClient
         from .http import create_app, uvicorn_options
     except ImportError as exc:
-        raise UsageError(f"the HTTP API needs the http extra: pip install 'prme-pg[http]' ({exc})") from exc
+        raise UsageError(
+            f"the HTTP API needs the http extra: in the prme-pg clone, pip install '.[http]' ({exc})"
+        ) from exc
     limits = _serve_limits(args)
     trusted = _serve_trusted(args, pack is not None)
     if pack is not None:
         if args.metrics_port is not None:
             raise UsageError("--metrics-port needs PostgreSQL (its metrics are the connection pool's and the ledger's)")
-        from .backends.duckdb import DuckDBBackend
+        from .packfile import open_pack
 
-        DuckDBBackend(pack).close()  # fail fast, in one line: another process has it, or it is no pack
+        open_pack(pack).close()  # fail fast, in one line: another process has it, or it is no pack
         client = AsyncMemoryClient(pack)
     else:
         dsn = _reachable(args)  # fail fast, in one line, before the server and its pool start
         client = AsyncMemoryClient(dsn, max_size=args.pool_size, statement_timeout=args.statement_timeout or None)
-    where = f"the unix socket {args.uds}" if args.uds else f"http://{args.host}:{args.port}"
+    listener = _listen(args)  # bind before announcing: a busy port is one line, exit 1
+    where = f"the unix socket {args.uds}" if args.uds else f"http://{_url_host(args.host)}:{args.port}"
     console.print(
         f"serving the prme-pg HTTP API on {where} (OpenAPI at /openapi.json)"
         + (f" over the memory pack at {pack}" if pack is not None else ""),
@@ -397,11 +413,45 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             markup=False,
             highlight=False,
         )
-    if args.metrics_port is not None:
-        return _serve_with_metrics(args, client, console, limits, trusted)
-    app = create_app(client, limits=limits, trusted=trusted)
-    uvicorn.run(app, host=args.host, port=args.port, uds=args.uds, log_level=args.log_level, **uvicorn_options(limits))
+    try:
+        if args.metrics_port is not None:
+            return _serve_with_metrics(args, client, console, limits, trusted, listener)
+        app = create_app(client, limits=limits, trusted=trusted)
+        config = uvicorn.Config(app, log_level=args.log_level, **uvicorn_options(limits))
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        _unlisten(listener, args.uds)
     return EXIT_OK
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _listen(args: argparse.Namespace) -> Any:
+    """The bound socket of serve (or mcp): TCP on --host/--port, or the --uds socket with --uds-mode
+    (prme_pg.http.listen; an OSError here is one line, exit 1)."""
+    from .http.listen import listen_tcp, listen_unix
+
+    if getattr(args, "uds", None):
+        return listen_unix(args.uds, args.uds_mode)
+    return listen_tcp(args.host, args.port)
+
+
+def _unlisten(listener: Any, uds: str | None) -> None:
+    listener.close()
+    if uds:
+        with contextlib.suppress(OSError):
+            os.unlink(uds)
+
+
+def _uds_mode(text: str) -> int:
+    from .http.listen import parse_mode
+
+    try:
+        return parse_mode(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _serve_trusted(args: argparse.Namespace, on_pack: bool) -> Any:
@@ -424,20 +474,24 @@ def _serve_trusted(args: argparse.Namespace, on_pack: bool) -> Any:
         not args.default_user or args.default_user != args.default_user.strip() or len(args.default_user) > 256
     ):
         raise UsageError("--default-user must be 1 to 256 characters without surrounding spaces")
-    return TrustedLoopback(default_user=args.default_user, unix_socket=bool(args.uds))
+    if args.uds:
+        return TrustedLoopback(default_user=args.default_user, unix_socket=True)
+    return TrustedLoopback(default_user=args.default_user, host=args.host, port=args.port)
 
 
 def _serve_with_metrics(
-    args: argparse.Namespace, client: Any, console: Console, limits: Any, trusted: Any = None
+    args: argparse.Namespace, client: Any, console: Console, limits: Any, trusted: Any, listener: Any
 ) -> int:
     """serve --metrics-port: /metrics (Prometheus, no token) on a bind of its own (docs/HTTP.md)."""
     import asyncio
 
     from .http import create_app, uvicorn_options
+    from .http.listen import listen_tcp
     from .http.metrics import serve
     from .metrics import ServiceMetrics
 
     metrics = ServiceMetrics(client)
+    metrics_listener = listen_tcp(args.metrics_host, args.metrics_port)
     console.print(f"serving Prometheus metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
     api = create_app(client, limits=limits, metrics=metrics, trusted=trusted)
     asyncio.run(
@@ -451,8 +505,11 @@ def _serve_with_metrics(
             metrics_port=args.metrics_port,
             log_level=args.log_level,
             api_options=uvicorn_options(limits),
+            sockets=[listener],
+            metrics_sockets=[metrics_listener],
         )
     )
+    metrics_listener.close()
     return EXIT_OK
 
 
@@ -474,6 +531,72 @@ def _serve_limits(args: argparse.Namespace) -> Any:
         max_body_bytes=args.max_body_bytes,
         max_header_bytes=args.max_header_bytes,
         max_requests_per_owner=args.max_requests_per_owner,
+        **_connection_limits(args),
+    )
+
+
+def _connection_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """serve's and mcp's limits on connections: read deadlines and caps (docs/HTTP.md, "Limits")."""
+    for flag, value in (
+        ("--request-head-timeout", args.request_head_timeout),
+        ("--request-body-timeout", args.request_body_timeout),
+        ("--keep-alive-timeout", args.keep_alive_timeout),
+    ):
+        if not 0 < value <= 3600:
+            raise UsageError(f"{flag} must be more than 0 and at most 3600 seconds")
+    return {
+        "request_head_timeout": args.request_head_timeout,
+        "request_body_timeout": args.request_body_timeout,
+        "keep_alive_timeout": args.keep_alive_timeout,
+        "max_connections": args.max_connections,
+        "max_connections_per_peer": args.max_connections_per_peer,
+    }
+
+
+def _add_connection_limits(command: argparse.ArgumentParser, *, per_owner: str) -> None:
+    """serve's and mcp's limits on a request's head, an owner's requests and the connections
+    (:func:`_connection_limits`; their defaults: prme_pg.http.limits)."""
+    command.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=16 * 1024,
+        help="request line and headers limit, else 431 (default 16 KiB)",
+    )
+    command.add_argument(
+        "--max-requests-per-owner",
+        type=int,
+        default=None,
+        help=f"{per_owner} (default: half of --pool-size)",
+    )
+    command.add_argument(
+        "--request-head-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request line and headers may take to arrive, else 408 and closed (default 10)",
+    )
+    command.add_argument(
+        "--request-body-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a request body may take to arrive after its head, else 408 and closed (default 60)",
+    )
+    command.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        help="seconds an idle connection stays open between requests (default 5)",
+    )
+    command.add_argument(
+        "--max-connections",
+        type=_between(1, 1_000_000),
+        default=512,
+        help="connections open at once; more are closed when accepted (default 512)",
+    )
+    command.add_argument(
+        "--max-connections-per-peer",
+        type=_between(1, 1_000_000),
+        default=64,
+        help="connections open at once from one client address; more are closed when accepted (default 64)",
     )
 
 
@@ -591,8 +714,30 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def cmd_recall(args: argparse.Namespace, console: Console) -> int:
+def cmd_add(args: argparse.Namespace, console: Console) -> int:
+    """Add one memory (and, with --evidence, the user's words as its evidence)."""
     with _client(args) as memory:
+        node = memory.add_node(args.content, user_id=args.user, scope=args.scope, kind=args.kind)
+        event = None
+        if args.evidence is not None:
+            event = memory.add_event(args.evidence, user_id=args.user, scope=args.scope)
+            node = memory.reinforce(node.id, event.id, user_id=args.user)
+    if args.json:
+        document: dict[str, Any] = {"node": dataclasses.asdict(node)}
+        if event is not None:
+            document["evidence"] = dataclasses.asdict(event)
+        _print_json(document)
+    else:
+        # The id alone on stdout, so a script can capture it; what was stored on stderr.
+        sys.stdout.write(f"{node.id}\n")
+        Console(stderr=True, soft_wrap=True).print(
+            f"added for {args.user} in scope {node.scope}: {node.content}", markup=False, highlight=False
+        )
+    return EXIT_OK
+
+
+def cmd_recall(args: argparse.Namespace, console: Console) -> int:
+    with _client(args, reads=True) as memory:
         hits = memory.recall(args.query, user_id=args.user, scopes=args.scope or None, max_count=args.limit)
     if args.json:
         _print_json({"hits": [dataclasses.asdict(hit) for hit in hits]})
@@ -600,8 +745,8 @@ def cmd_recall(args: argparse.Namespace, console: Console) -> int:
         _print_rows(
             console,
             f"recall for {args.user}",
-            ("rank", "score", "scope", "content"),
-            [(hit.rank, f"{hit.score:.4f}", hit.scope, hit.content) for hit in hits],
+            ("rank", "score", "id", "scope", "content"),
+            [(hit.rank, f"{hit.score:.4f}", hit.id, hit.scope, hit.content) for hit in hits],
             wrap=("content",),
         )
         console.print(f"{len(hits)} memor{'y' if len(hits) == 1 else 'ies'}")
@@ -855,10 +1000,19 @@ def cmd_maintain(args: argparse.Namespace, console: Console) -> int:
     _print_patch(console, patch, args.user)
     if applied is not None:
         _print_applied(console, applied, "applied in auto mode")
-    else:
+    elif patch.ops:
+        # The ops the review selects by default (else every op), on the same target as this run.
+        chosen = [str(op["op_id"]) for op in patch.ops if op.get("default_selected")] or [
+            str(op["op_id"]) for op in patch.ops
+        ]
+        target = [f"--user {shlex.quote(args.user)}"]
+        if _pack(args) is not None:
+            target.append(f"--pack {shlex.quote(str(args.pack))}")
+        elif args.dsn != _default_dsn():
+            target.append(f"--dsn {shlex.quote(str(args.dsn))}")
         console.print(
-            f"written for review; apply with: prme-pg curate {patch.patch_id} --user {escape(shlex.quote(args.user))} "
-            "--select op_001,op_002",
+            escape(f"written for review; apply with: prme-pg curate {patch.patch_id} {' '.join(target)} ")
+            + f"--select {','.join(chosen)}",
             soft_wrap=True,  # a command to copy: never broken into lines
         )
     return EXIT_OK
@@ -897,28 +1051,50 @@ def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
     try:
         from . import mcp_server
     except ImportError as exc:
-        raise UsageError(f"the MCP server needs the mcp extra: pip install 'prme-pg[mcp]' ({exc})") from exc
+        raise UsageError(
+            f"the MCP server needs the mcp extra: in the prme-pg clone, pip install '.[mcp]' ({exc})"
+        ) from exc
     if args.transport == "stdio" and args.user is None:
         raise UsageError("stdio serves one owner: pass --user")
+    from .http.limits import Limits
+
+    for flag, value in (("--max-header-bytes", args.max_header_bytes), ("--pool-size", args.pool_size)):
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1")
+    if args.max_requests_per_owner is not None and args.max_requests_per_owner < 1:
+        raise UsageError("--max-requests-per-owner must be at least 1")
+    limits = Limits(
+        max_header_bytes=args.max_header_bytes,
+        max_requests_per_owner=args.max_requests_per_owner,
+        **_connection_limits(args),
+    )
+    listener = None
     if args.transport == "http":
         if args.user is not None and not mcp_server.is_loopback(args.host):
             raise UsageError(
                 f"--user over HTTP serves that owner to anyone who reaches {args.host}: bind a loopback "
                 "address (--host 127.0.0.1), or leave --user out and use bearer tokens"
             )
+        listener = _listen(args)  # bind before announcing: a busy port is one line, exit 1
         owner = f"as {escape(args.user)}" if args.user else "for the bearer token's owner"
-        Console(stderr=True).print(f"serving MCP on http://{args.host}:{args.port}/mcp {owner}")
-    anyio.run(
-        lambda: mcp_server.run(
-            target,
-            user_id=args.user,
-            transport=args.transport,
-            host=args.host,
-            port=args.port,
-            pool_size=args.pool_size,
-            log_level=args.log_level,
+        Console(stderr=True).print(f"serving MCP on http://{_url_host(args.host)}:{args.port}/mcp {owner}")
+    try:
+        anyio.run(
+            lambda: mcp_server.run(
+                target,
+                user_id=args.user,
+                transport=args.transport,
+                host=args.host,
+                port=args.port,
+                pool_size=args.pool_size,
+                log_level=args.log_level,
+                limits=limits,
+                sock=listener,
+            )
         )
-    )
+    finally:
+        if listener is not None:
+            listener.close()
     return EXIT_OK
 
 
@@ -979,7 +1155,9 @@ def _queue_metrics(args: argparse.Namespace) -> contextlib.AbstractContextManage
     try:
         from .metrics import TextfileWriter, queue_registry
     except ImportError as exc:
-        raise UsageError(f"metrics need prometheus-client: pip install 'prme-pg[http]' ({exc})") from exc
+        raise UsageError(
+            f"metrics need prometheus-client: in the prme-pg clone, pip install '.[http]' ({exc})"
+        ) from exc
     writer = TextfileWriter(args.metrics_textfile, queue_registry(args.pack), interval=args.metrics_interval)
     try:
         writer.write()  # an unwritable path is a usage error before any work starts
@@ -1391,6 +1569,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="prme-pg",
         description="prme-pg: a PostgreSQL-native memory engine for AI agents.",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"prme-pg {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(
@@ -1427,6 +1608,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="listen on this unix socket instead of --host and --port (default: none)",
     )
+    serve.add_argument(
+        "--uds-mode",
+        type=_uds_mode,
+        default=0o600,
+        metavar="MODE",
+        help="the --uds socket's file mode, set after binding: 600 (this user) or 660 (its group) (default 600)",
+    )
     serve.add_argument("--pool-size", type=_between(1, 1000), default=10, help="database connections")
     serve.add_argument(
         "--statement-timeout",
@@ -1437,18 +1625,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-body-bytes", type=int, default=2 * 1024 * 1024, help="request body limit, else 413 (default 2 MiB)"
     )
-    serve.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=16 * 1024,
-        help="request line and headers limit, else 431 (default 16 KiB)",
-    )
-    serve.add_argument(
-        "--max-requests-per-owner",
-        type=int,
-        default=None,
-        help="requests of one owner at once, else 429 (default: half of --pool-size)",
-    )
+    _add_connection_limits(serve, per_owner="requests of one owner at once, else 429")
     serve.add_argument(
         "--log-level",
         default="info",
@@ -1520,6 +1697,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PROXY_DSN",
         help="run an executor on every shard of this proxy's cluster definition (default: none)",
     )
+
+    remember = add("add", "Add a memory of one owner (on a pack or a database).", cmd_add)
+    add_dsn(remember)
+    remember.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
+    remember.add_argument("content", help="the memory, one self-contained statement")
+    _add_user(remember)
+    remember.add_argument("--scope", default="personal", help="which part of the owner's life it belongs to")
+    remember.add_argument("--kind", default="fact", help="what sort of memory it is")
+    remember.add_argument(
+        "--evidence",
+        default=None,
+        help="the user's own words, stored as its evidence and confirming it (default: none)",
+    )
+    _flag_names(remember, content="CONTENT")
 
     recall = add("recall", "Find the memories of one owner that match a query, best first.", cmd_recall)
     add_dsn(recall)
@@ -1656,6 +1847,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
     mcp.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     mcp.add_argument("--pool-size", type=int, default=4, help="database connections (default 4)")
+    _add_connection_limits(mcp, per_owner="tool calls of one owner at once, else a 429 tool error")
     mcp.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"], help="log level"
     )

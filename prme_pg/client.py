@@ -17,8 +17,10 @@ engine validates everything else, with the same rules on both backends.
 
 from __future__ import annotations
 
+import fractions
 import hashlib
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
@@ -110,6 +112,7 @@ from .models import (
     Snapshot,
 )
 from .outbox import Outbox, OutboxRecord
+from .packfile import open_pack
 from .tokens import new_token, parse_token, token_sha256
 from .validation import check_json_depth, parse_operation_id, parse_uuid
 
@@ -117,7 +120,9 @@ __all__ = ["MemoryClient", "Target"]
 
 Target = str | os.PathLike[str]
 T = TypeVar("T")
-Fraction = Decimal | float | int | str
+#: A number in [0, 1] as the engine takes it: exact decimals. A :class:`fractions.Fraction`
+#: is taken when it has an exact decimal form (1/20 is 0.05; 1/3 is refused).
+Fraction = Decimal | float | int | str | fractions.Fraction
 
 # -- argument parsing shared by MemoryClient and AsyncMemoryClient -------------------
 
@@ -137,6 +142,11 @@ def parse_fraction(argument: str, value: Fraction) -> Decimal:
             return Decimal(repr(value))
         if isinstance(value, int | str):
             return Decimal(value)
+        if isinstance(value, fractions.Fraction):
+            exact = Decimal(value.numerator) / Decimal(value.denominator)
+            if exact * value.denominator == value.numerator:  # 1/20 divides exactly, 1/3 does not
+                return exact
+            raise InvalidInput(f"{argument} must be an exact decimal, got {value} (no exact decimal form)")
     except InvalidOperation:
         pass
     raise InvalidInput(f"{argument} must be a number, got {value!r}")
@@ -492,7 +502,21 @@ def check_page_size(page_size: int) -> int:
     return page_size
 
 
+#: ``scheme://`` at the start of a target: a URL, never a pack folder's name.
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def check_pack_options(target: object, clock: object, new_id: object) -> None:
+    """Refuse a target that is neither a PostgreSQL DSN nor a pack folder, and pack options on a DSN.
+
+    A string that starts with ``scheme://`` is a URL: only ``postgresql://`` and ``postgres://``
+    are served, and any other (``postgresql+psycopg://``, ``postgress://``) is InvalidInput, not
+    a pack folder of that name (issue 32, item 12)."""
+    if isinstance(target, str) and not is_dsn(target) and _URL_SCHEME.match(target):
+        scheme = target.split("://", 1)[0]
+        raise InvalidInput(
+            f"{scheme}:// is not a PostgreSQL URL: use postgresql:// (or postgres://), or a pack folder's path"
+        )
     if is_dsn(target) and (clock is not None or new_id is not None):
         raise TypeError("clock and new_id apply to memory packs; PostgreSQL uses its own clock and ids")
 
@@ -728,28 +752,27 @@ class MemoryClient:
         )
 
     def authenticate_api_token(self, user_id: str, token_sha256: str) -> bool:
-        """Whether ``token_sha256`` is a live bearer token of ``user_id`` (PostgreSQL only)."""
+        """Whether ``token_sha256`` is a live bearer token of ``user_id``."""
         return self._backend.execute(AuthenticateApiToken(user_id=user_id, token_sha256=token_sha256))
 
     def create_api_token(self, user_id: str, *, label: str = "") -> str:
-        """Mint a bearer token for ``user_id``; only its sha256 is stored, so show it once (PostgreSQL only)."""
+        """Mint a bearer token for ``user_id``; only its sha256 is stored, so show it once."""
         token = new_token(user_id)
         self._backend.execute(CreateApiToken(user_id=user_id, token_sha256=token_sha256(token), label=label))
         return token
 
     def revoke_api_token(self, token: str) -> bool:
-        """Revoke a bearer token; false when it is malformed, unknown or already revoked (PostgreSQL only)."""
+        """Revoke a bearer token; false when it is malformed, unknown or already revoked."""
         parsed = parse_token(token)
         if parsed is None:
             return False
         return self._backend.execute(RevokeApiToken(user_id=parsed.user_id, token_sha256=parsed.sha256))
 
     def readiness(self) -> tuple[bool, list[str]]:
-        """Whether the database accepts writes, and its applied migrations as ``version:sha256``
-        (PostgreSQL only)."""
+        """Whether the database accepts writes, and its applied migrations as ``version:sha256``."""
         return self._backend.execute(GetReadiness())
 
-    # -- recall and snapshots (PostgreSQL only; docs/RECALL.md, docs/SNAPSHOTS.md) --
+    # -- recall and snapshots (docs/RECALL.md, docs/SNAPSHOTS.md) --
 
     def recall(
         self,
@@ -760,7 +783,7 @@ class MemoryClient:
         max_count: int = 10,
         as_of: datetime | None = None,
     ) -> list[RecallHit]:
-        """Memories of ``user_id`` matching ``query``, best first (``prme.recall``; PostgreSQL only).
+        """Memories of ``user_id`` matching ``query``, best first (``prme.recall``).
 
         A ``None`` or blank query ranks every memory by strength alone; ``scopes``
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
@@ -796,7 +819,7 @@ class MemoryClient:
         max_bytes: int = 65536,
         expected_generation_id: str | None = None,
     ) -> PublishResult:
-        """Publish the current generation of ``scope`` (``prme.publish_snapshot``; PostgreSQL only).
+        """Publish the current generation of ``scope`` (``prme.publish_snapshot``).
 
         With ``expected_generation_id`` (or ``"none"`` for a never-published scope), a
         different current generation raises :class:`IdempotencyConflict` (PR409).
@@ -812,17 +835,16 @@ class MemoryClient:
         )
 
     def current_snapshot(self, scope: str, *, user_id: str) -> Snapshot:
-        """The current generation of ``scope``, verified; :class:`NotFoundError` if never published
-        (PostgreSQL only)."""
+        """The current generation of ``scope``, verified; :class:`NotFoundError` if never published."""
         return self._backend.execute(GetCurrentSnapshot(user_id=user_id, scope=scope))
 
     def get_snapshot(self, scope: str, generation_id: str, *, user_id: str) -> Snapshot:
-        """One generation of ``scope`` by id, current or not, verified (PostgreSQL only)."""
+        """One generation of ``scope`` by id, current or not, verified."""
         return self._backend.execute(GetSnapshot(user_id=user_id, scope=scope, generation_id=generation_id))
 
     def assemble_prompt(self, scopes: str | Iterable[str], *, user_id: str, budget_bytes: int) -> AssembledPrompt:
         """Prompt text from the current generation of each scope, within ``budget_bytes``
-        (``prme.assemble_prompt``; PostgreSQL only)."""
+        (``prme.assemble_prompt``)."""
         return self._backend.execute(assemble_prompt_request(scopes, user_id, budget_bytes))
 
     # -- outcomes and maintenance (docs/MAINTENANCE.md) --
@@ -912,7 +934,7 @@ class MemoryClient:
         self, *, user_id: str, include_resolved: bool = False, max_count: int = 100
     ) -> list[CorrectionInboxEntry]:
         """The corrections of ``user_id`` that matched zero or several memories, oldest first:
-        open ones, or all with ``include_resolved`` (PostgreSQL only)."""
+        open ones, or all with ``include_resolved``."""
         return self._backend.execute(
             ListCorrectionInbox(user_id=user_id, include_resolved=include_resolved, max_count=max_count)
         )
@@ -922,7 +944,7 @@ class MemoryClient:
     ) -> CorrectionInboxEntry:
         """Link an inbox entry to a memory (appending its explicit_correction), or dismiss it
         (``node_id=None``). The same resolution again returns the entry; another one raises
-        :class:`IdempotencyConflict` (PostgreSQL only)."""
+        :class:`IdempotencyConflict`."""
         return self._backend.execute(resolve_correction_request(inbox_id, node_id, user_id))
 
     def mark_reviewed(self, node_id: UUID | str, *, user_id: str, next_review_at: datetime | None = None) -> Node:
@@ -932,7 +954,7 @@ class MemoryClient:
 
     def get_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
         """The effective review cadence and decay per overdue cycle of ``user_id`` for each
-        stability (PostgreSQL only)."""
+        stability."""
         return self._backend.execute(GetMaintenanceSettings(user_id=user_id))
 
     def set_maintenance_setting(
@@ -946,7 +968,7 @@ class MemoryClient:
         )
 
     def reset_maintenance_settings(self, *, user_id: str) -> list[MaintenanceSetting]:
-        """Remove the overrides of ``user_id``: the defaults apply again (PostgreSQL only)."""
+        """Remove the overrides of ``user_id``: the defaults apply again."""
         return self._backend.execute(ResetMaintenanceSettings(user_id=user_id))
 
     # -- the operations ledger (PostgreSQL only; docs/LEDGER.md) --
@@ -1060,7 +1082,7 @@ class _LazyPack:
             if self._closed:
                 raise PackClosedError(f"the memory pack at {self.path} is closed")
             if self._pack is None:
-                self._pack = DuckDBBackend(self.path, clock=self._clock, new_id=self._new_id)
+                self._pack = open_pack(self.path, clock=self._clock, new_id=self._new_id)
             return self._pack
 
     def outbox(self) -> Outbox:

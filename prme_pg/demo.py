@@ -17,12 +17,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from .client import MemoryClient
-from .errors import PrmeError
+from .errors import IdempotencyConflict, PrmeError
 from .models import Node
 
 __all__ = ["DEMO_USER", "run_demo"]
 
 DEMO_USER = "demo"
+#: The demo's ids, derived from fixed names: every run makes the same calls, so a second run adds
+#: nothing (the memory, its evidence and the confirmation are replays) and recall shows one memory.
+DEMO_IDS = {
+    name: uuid.uuid5(uuid.NAMESPACE_URL, f"urn:prme-pg:demo:{name}") for name in ("node", "event", "confirmation")
+}
 
 
 def _numbers(node: Node) -> str:
@@ -61,19 +66,28 @@ def run_demo(path: str = "./memories", console: Console | None = None) -> int:
         pack = getattr(memory.backend, "path", path)
         out.print(f"Opened the memory pack at [bold]{escape(str(pack))}[/] (a folder; created if it was missing).")
 
-        node = memory.add_node(
-            "The user prefers dark mode in every editor.",
-            user_id=DEMO_USER,
-            kind="preference",
-            confidence_base=Decimal("0.6"),
-        )
+        try:
+            node = memory.add_node(
+                "The user prefers dark mode in every editor.",
+                user_id=DEMO_USER,
+                kind="preference",
+                confidence_base=Decimal("0.6"),
+                node_id=DEMO_IDS["node"],  # keyed: a second run finds this memory again, not a copy
+            )
+        except IdempotencyConflict:  # a run before this one saved it (and confirmed it since)
+            node = memory.get_node(DEMO_IDS["node"], user_id=DEMO_USER)
         record("saved the memory", node)
         out.print(f"1. Saved a memory for user '{DEMO_USER}': \"{escape(node.content)}\" ({_numbers(node)}).")
 
-        event = memory.add_event("User: please switch everything to dark mode again.", user_id=DEMO_USER)
+        try:
+            event = memory.add_event(
+                "User: please switch everything to dark mode again.", user_id=DEMO_USER, event_id=DEMO_IDS["event"]
+            )
+        except IdempotencyConflict:  # recorded by a run before this one: the memory cites it
+            event = next(e for e in memory.node_evidence(node.id, user_id=DEMO_USER) if e.id == DEMO_IDS["event"])
         out.print(f'2. Recorded what the user said as evidence: "{escape(event.content)}".')
 
-        request_id = uuid.uuid4()
+        request_id = DEMO_IDS["confirmation"]
         first = memory.reinforce(node.id, event.id, user_id=DEMO_USER, request_id=request_id)
         record("confirmed it", first)
         out.print(f"3. Confirmed the memory with that evidence, as request {request_id}: now {_numbers(first)}.")

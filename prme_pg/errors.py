@@ -16,6 +16,7 @@ __all__ = [
     "NotFoundError",
     "NotOnPack",
     "PrmeError",
+    "SchemaMissing",
 ]
 
 
@@ -67,6 +68,14 @@ class NotOnPack(PrmeError):
 
 class MigrationError(PrmeError):
     """The database and the migration files disagree, or a migration file is damaged."""
+
+
+class SchemaMissing(MigrationError):
+    """The database lacks (part of) this release's ``prme`` schema: a missing schema, function
+    or table (SQLSTATE 3F000, 42883, 42P01). The message says to run ``prme-pg migrate``."""
+
+    #: What the message adds to PostgreSQL's own words.
+    HINT = "this database lacks this release's prme schema: run prme-pg migrate; prme-pg status shows it"
 
 
 SQLSTATE_ERRORS: dict[str, type[PrmeError]] = {

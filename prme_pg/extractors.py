@@ -357,8 +357,56 @@ _REMEMBER = re.compile(
 
 
 def remembered_facts(text: str) -> list[str]:
-    """The facts a message explicitly asks to remember, in order."""
-    return [m.group("fact").strip() for m in _REMEMBER.finditer(text) if m.group("fact").strip()]
+    """The facts a message explicitly asks to remember, in order, each as a statement about
+    the user (:func:`about_the_user`)."""
+    return [about_the_user(m.group("fact").strip()) for m in _REMEMBER.finditer(text) if m.group("fact").strip()]
+
+
+# The user's own words are first person ("I prefer tabs"); a memory is read later by an agent,
+# about the user, so it is stored in the third person ("The user prefers tabs").
+_FIRST_PERSON = re.compile(r"\b(I'm|I've|I'd|I'll|I|me|my|mine|myself)\b(?:\s+(\w+(?:'t)?))?(?:\s+(\w+(?:'t)?))?")
+_CONTRACTIONS = {"I'm": "the user is", "I've": "the user has", "I'd": "the user would", "I'll": "the user will"}
+_POSSESSIVE = {"me": "the user", "my": "the user's", "mine": "the user's", "myself": "themself"}
+_IRREGULAR = {"am": "is", "have": "has", "do": "does", "don't": "doesn't", "was": "was", "wasn't": "wasn't"}
+_UNCHANGED = {"can", "can't", "could", "couldn't", "will", "won't", "would", "wouldn't", "should", "shouldn't"}
+_UNCHANGED |= {"must", "may", "might", "shall", "did", "didn't", "had"}
+_ADVERBS = {"always", "never", "usually", "often", "sometimes", "really", "also", "mostly", "generally", "still"}
+_ADVERBS |= {"just", "only", "rarely", "now", "mainly"}
+
+
+def _third_person(verb: str) -> str:
+    lower = verb.lower()
+    if lower in _IRREGULAR:
+        return _IRREGULAR[lower]
+    if lower in _UNCHANGED or not lower.isalpha():
+        return verb
+    if lower.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if len(lower) > 1 and lower.endswith("y") and lower[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def about_the_user(fact: str) -> str:
+    """A fact in the user's words as a statement about the user: ``I prefer tabs`` becomes
+    ``The user prefers tabs``, ``my editor is vim`` ``The user's editor is vim``. Text with no
+    first person is kept as it is."""
+
+    def replace(match: re.Match[str]) -> str:
+        word, first, second = match.group(1), match.group(2), match.group(3)
+        rest = [w for w in (first, second) if w]
+        if word in _CONTRACTIONS:
+            return " ".join([_CONTRACTIONS[word], *rest])
+        if word in _POSSESSIVE:
+            return " ".join([_POSSESSIVE[word], *rest])
+        if first is None:  # "I" ends the text
+            return "the user"
+        if first.lower() in _ADVERBS and second:
+            return f"the user {first} {_third_person(second)}"
+        return " ".join(["the user", _third_person(first), *rest[1:]])
+
+    text = _FIRST_PERSON.sub(replace, fact)
+    return text[0].upper() + text[1:] if text.startswith("the user") else text
 
 
 class BuiltinExtractor:

@@ -15,6 +15,12 @@ arguments (RFC 8785 JSON), so the same call is the same ``request_id`` (and the 
 Errors come back as MCP tool errors (``isError``) whose text starts with the
 SQLSTATE and its meaning (``PR404 not found: ...``); nothing raises through to the
 SDK, so no traceback reaches the agent.
+
+Limits (issue 32; docs/MCP.md, docs/HTTP.md "Limits"): the HTTP transport runs on the HTTP
+API's protocol (:func:`prme_pg.http.uvicorn_options`: the request-head limit, the head and
+body deadlines, the connection caps), and each owner's tool calls take the HTTP API's
+owner slots (:class:`prme_pg.http.gate.Slots`): past them a call is the tool error
+``429 too many requests: ...``, so one owner's flood leaves the pool to the others.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
@@ -34,7 +41,7 @@ import rfc8785
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Send
@@ -43,6 +50,8 @@ from starlette.types import Scope as ASGIScope
 from .aio import AsyncMemoryClient
 from .backends.postgres import is_dsn
 from .errors import IdempotencyConflict, NotFoundError, PrmeError
+from .http.gate import Slots, SlotsFull
+from .http.limits import Limits
 from .tokens import parse_token
 from .validation import is_loopback
 
@@ -188,10 +197,47 @@ def _owner_resolver(user_id: str | None) -> OwnerFn:
     return owner
 
 
-def create_server(client: AsyncMemoryClient, *, user_id: str | None = None) -> MCPServer:
-    """The MCP server over an open client, for one owner (``user_id``) or the token's owner per request."""
-    server: MCPServer = MCPServer("prme-pg", instructions=INSTRUCTIONS, log_level="WARNING")
+class _Server(MCPServer):
+    """MCPServer whose argument errors read as one line per field, without pydantic's
+    "For further information visit https://errors.pydantic.dev/..." (noise for a model)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            fields = "; ".join(
+                f"{'.'.join(str(part) for part in error['loc']) or 'arguments'}: {error['msg']}"
+                for error in cause.errors(include_url=False)
+            )
+            raise ToolError(f"Error executing tool {name}: invalid arguments: {fields}") from cause
+
+
+def create_server(client: AsyncMemoryClient, *, user_id: str | None = None, limits: Limits | None = None) -> MCPServer:
+    """The MCP server over an open client, for one owner (``user_id``) or the token's owner per
+    request; ``limits``: the calls of one owner at once (default half the pool, at least 1)."""
+    server: MCPServer = _Server("prme-pg", instructions=INSTRUCTIONS, log_level="WARNING")
     owner = _owner_resolver(user_id)
+    limits = limits or Limits()
+    pool = getattr(client.backend, "pool", None)
+    slots = Slots(limits.requests_per_owner(pool and pool.max_size), limits.slot_wait_seconds)
+
+    @contextlib.asynccontextmanager
+    async def call(ctx: Context) -> AsyncIterator[str]:
+        """A tool call: its owner, holding one of the owner's slots; errors as tool errors."""
+        with _tool_errors():
+            user = owner(ctx)
+            try:
+                async with slots.slot(user):
+                    yield user
+            except SlotsFull:
+                raise ToolError(
+                    f"429 too many requests: at most {slots.limit} calls of one owner run at once; "
+                    "retry after the ones in flight"
+                ) from None
+
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
     reads = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
 
@@ -215,8 +261,7 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None) -> M
         scope: ScopeName = "personal",
         kind: Annotated[str, Field(min_length=1, max_length=64, description="e.g. fact")] = "fact",
     ) -> dict[str, Any]:
-        with _tool_errors():
-            user = owner(ctx)
+        async with call(ctx) as user:
             key = call_key(user, "remember", {"content": content, "evidence": evidence, "scope": scope, "kind": kind})
             try:
                 node = await client.add_node(content, user_id=user, scope=scope, kind=kind, node_id=key)
@@ -246,8 +291,8 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None) -> M
         scopes: Annotated[list[str] | None, Field(max_length=64, description="only these")] = None,
         limit: Annotated[int, Field(ge=1, le=100, description="at most this many")] = 10,
     ) -> dict[str, Any]:
-        with _tool_errors():
-            hits = await client.recall(query, user_id=owner(ctx), scopes=scopes, max_count=limit)
+        async with call(ctx) as user:
+            hits = await client.recall(query, user_id=user, scopes=scopes, max_count=limit)
         return {
             "hits": [
                 {
@@ -278,10 +323,9 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None) -> M
             UUID | None, Field(description="an event id returned by remember, instead of evidence")
         ] = None,
     ) -> dict[str, Any]:
-        with _tool_errors():
-            if evidence is not None and evidence_id is not None:
-                raise ToolError("PR422 invalid input: pass evidence or evidence_id, not both")
-            user = owner(ctx)
+        if evidence is not None and evidence_id is not None:
+            raise ToolError("PR422 invalid input: pass evidence or evidence_id, not both")
+        async with call(ctx) as user:
             key = call_key(
                 user,
                 "confirm",
@@ -314,8 +358,8 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None) -> M
         ],
         thread_id: ThreadId = None,
     ) -> dict[str, Any]:
-        with _tool_errors():
-            link = await client.link_correction(message, shown_node_ids, user_id=owner(ctx), thread_id=thread_id)
+        async with call(ctx) as user:
+            link = await client.link_correction(message, shown_node_ids, user_id=user, thread_id=thread_id)
         return {str(key): value for key, value in _jsonable(link).items()}
 
     @server.tool(
@@ -332,8 +376,7 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None) -> M
         thread_id: ThreadId = None,
         evidence_id: Annotated[UUID | None, Field(description="an event that shows it")] = None,
     ) -> dict[str, Any]:
-        with _tool_errors():
-            user = owner(ctx)
+        async with call(ctx) as user:
             arguments = {"node_id": str(node_id), "outcome": outcome, "notes": notes, "thread_id": thread_id}
             key = call_key(user, "record_outcome", {**arguments, "evidence_id": _jsonable(evidence_id)})
             recorded = await client.record_outcome(
@@ -357,22 +400,27 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None) -> M
         ctx: Context,
         limit: Annotated[int, Field(ge=1, le=1000, description="at most this many")] = 50,
     ) -> dict[str, Any]:
-        with _tool_errors():
-            rows = await client.maintenance_report(user_id=owner(ctx))
+        async with call(ctx) as user:
+            rows = await client.maintenance_report(user_id=user)
         return {"total": len(rows), "recommendations": [_jsonable(row) for row in rows[:limit]]}
 
     @server.tool(
-        description="The user's published memory snapshots as one prompt text within budget_bytes, "
-        "scopes in priority order. Use it to load context at the start of a conversation.",
-        annotations=reads,
+        description="The user's memories of the given scopes as one prompt text within budget_bytes, "
+        "scopes in priority order. Use it to load context at the start of a conversation. Each scope's "
+        "current memories are published as its snapshot first (nothing new is written when unchanged).",
+        annotations=writes,
     )
     async def prompt(
         ctx: Context,
         scopes: Scopes,
         budget_bytes: Annotated[int, Field(ge=1, le=1_048_576, description="UTF-8 bytes at most")] = 8192,
     ) -> dict[str, Any]:
-        with _tool_errors():
-            assembled = await client.assemble_prompt(scopes, user_id=owner(ctx), budget_bytes=budget_bytes)
+        async with call(ctx) as user:
+            # Published on demand: a snapshot no one published would make the prompt empty. A publish
+            # of unchanged memories keeps the current generation (content-addressed, docs/SNAPSHOTS.md).
+            for scope in dict.fromkeys(scopes):
+                await client.publish_snapshot(scope, user_id=user)
+            assembled = await client.assemble_prompt(scopes, user_id=user, budget_bytes=budget_bytes)
         return dict(_jsonable(assembled))
 
     @server.resource(
@@ -383,8 +431,8 @@ def create_server(client: AsyncMemoryClient, *, user_id: str | None = None) -> M
     )
     async def snapshot(scope: str, ctx: Context) -> str:
         try:
-            with _tool_errors():
-                current = await client.current_snapshot(scope, user_id=owner(ctx))
+            async with call(ctx) as user:
+                current = await client.current_snapshot(scope, user_id=user)
         except ToolError as exc:
             if isinstance(exc.__cause__, NotFoundError):
                 raise ResourceNotFoundError(f"no snapshot of scope {scope!r} was published") from exc
@@ -427,9 +475,9 @@ class BearerOwner:
         await self.app(scope, receive, send)
 
 
-def http_app(client: AsyncMemoryClient, *, user_id: str | None, host: str) -> ASGIApp:
+def http_app(client: AsyncMemoryClient, *, user_id: str | None, host: str, limits: Limits | None = None) -> ASGIApp:
     """The streamable HTTP app at ``/mcp``: stateless, JSON answers; tokens unless ``user_id`` is fixed."""
-    app = create_server(client, user_id=user_id).streamable_http_app(
+    app = create_server(client, user_id=user_id, limits=limits).streamable_http_app(
         streamable_http_path="/mcp", stateless_http=True, json_response=True, host=host
     )
     return app if user_id is not None else BearerOwner(app, client.authenticate_api_token)
@@ -444,21 +492,33 @@ async def run(
     port: int = 8765,
     pool_size: int = 4,
     log_level: str = "warning",
+    limits: Limits | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
-    """Open the client, serve until stdin closes (stdio) or SIGTERM/SIGINT (HTTP), close the client."""
+    """Open the client, serve until stdin closes (stdio) or SIGTERM/SIGINT (HTTP), close the client.
+
+    ``sock``: the HTTP transport's socket, already bound (``prme-pg mcp`` binds before it says
+    it is serving); else ``host``:``port`` is bound here."""
     options: dict[str, Any] = {"max_size": pool_size} if is_dsn(target) else {}
+    limits = limits or Limits()
     async with AsyncMemoryClient(target, **options) as client:
         if transport == "stdio":
             if user_id is None:
                 raise ValueError("stdio serves one owner: pass --user")
-            await create_server(client, user_id=user_id).run_stdio_async()
+            await create_server(client, user_id=user_id, limits=limits).run_stdio_async()
             return
-        app = http_app(client, user_id=user_id, host=host)
-        await _http_server(app, host=host, port=port, log_level=log_level).serve()
+        app = http_app(client, user_id=user_id, host=host, limits=limits)
+        if sock is None:
+            from .http.listen import listen_tcp
+
+            sock = listen_tcp(host, port)
+        await _http_server(app, log_level=log_level, limits=limits).serve(sockets=[sock])
 
 
-def _http_server(app: ASGIApp, *, host: str, port: int, log_level: str) -> Any:
+def _http_server(app: ASGIApp, *, log_level: str, limits: Limits) -> Any:
     import uvicorn
+
+    from .http.limits import uvicorn_options
 
     class GracefulServer(uvicorn.Server):
         """uvicorn raises SIGTERM/SIGINT again after its graceful shutdown, which would end the
@@ -472,4 +532,4 @@ def _http_server(app: ASGIApp, *, host: str, port: int, log_level: str) -> Any:
                 finally:
                     self._captured_signals.clear()
 
-    return GracefulServer(uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on"))
+    return GracefulServer(uvicorn.Config(app, log_level=log_level, lifespan="on", **uvicorn_options(limits)))

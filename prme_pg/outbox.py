@@ -51,7 +51,7 @@ from .backends.postgres import (
     statement_timeout_setting,
     translate_errors,
 )
-from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError
+from .errors import IdempotencyConflict, InvalidInput, NotFoundError, PrmeError, SchemaMissing
 from .models import Receipt
 from .spool import Spool, StateMismatch, decode_document, time_ordered_uuid
 from .sqlstate import database_unavailable, describe
@@ -813,7 +813,7 @@ class OutboxSyncer:
         """Why the ledger cannot ingest now (None when it can): the checks of ``GET /ready``."""
         try:
             accepts_writes, applied = run_request(conn, GetReadiness())
-        except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction):
+        except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction, SchemaMissing):
             return "the database has no prme schema (run prme-pg migrate)"
         if not accepts_writes:
             return "the database does not accept writes"

@@ -28,6 +28,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .errors import InvalidInput, PrmeError
+from .validation import valid_user_id
 
 __all__ = [
     "EXECUTOR_JOB",
@@ -82,6 +83,11 @@ def maintenance_job(users: Sequence[str], *, schedule: str = "17 3 * * *", name:
     """
     if not users:
         raise InvalidInput("maintenance needs at least one owner (--user)")
+    for user in users:  # the engine's own rule: a name it refuses would fail the job every night
+        try:
+            valid_user_id(user)
+        except InvalidInput as exc:
+            raise InvalidInput(f"--user {user!r}: {exc}") from None
     if len(set(users)) != len(users):
         raise InvalidInput("an owner is named twice")
     owners = sql.SQL(", ").join(sql.Literal(user) for user in users)

@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
 from . import migrations, proxy
@@ -86,12 +87,32 @@ def _connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
     return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **kwargs)
 
 
+def shard_conninfo(dsn: str) -> str:
+    """A shard's connection string as PL/Proxy can use it: ``key=value`` form.
+
+    PL/Proxy appends `` user='...'`` to a partition's connect string, which a URL cannot take
+    (``database "prme  user='postgres'" does not exist``), so a URL (``postgresql://``,
+    ``postgres://``) is converted by psycopg's conninfo helpers; a ``key=value`` string is kept
+    exactly as given (so ``shard move --to`` matches what ``shard init`` stored). Anything
+    libpq cannot parse is InvalidInput.
+    """
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(f"{dsn!r} is not a connection string: {str(exc).strip().splitlines()[0]}") from None
+    if dsn.startswith(("postgresql://", "postgres://")):
+        return make_conninfo("", **params)
+    return dsn
+
+
 def init_cluster(proxy_conn: psycopg.Connection[Any], shards: Sequence[str], partitions: int = 16) -> ClusterDefinition:
     """Write the cluster definition: ``partitions`` logical partitions spread round-robin over ``shards``.
 
     Replaces a previous definition. Refused (InvalidInput) unless ``partitions`` is a power
-    of two at least as large as the number of shards, and the shards are distinct.
+    of two at least as large as the number of shards, and the shards are distinct. URL-form
+    shards are stored in ``key=value`` form (:func:`shard_conninfo`).
     """
+    shards = [shard_conninfo(dsn) for dsn in shards]
     if not shards:
         raise InvalidInput("a cluster needs at least one shard")
     if len(set(shards)) != len(shards):
@@ -394,6 +415,7 @@ def move_owner(proxy_conn: psycopg.Connection[Any], user_id: str, target: str) -
     Until step 4 any failure unfreezes the owner where it was.
     """
     definition = cluster_definition(proxy_conn)
+    target = shard_conninfo(target)
     if target not in definition.shards:
         raise InvalidInput(f"{target} is not a shard of this cluster: {definition.shards}")
     _number, source, _moved = locate(proxy_conn, user_id)

@@ -328,7 +328,7 @@ def test_a_patch_applies_exactly_the_selected_op(page: Page, site: Site) -> None
         expect(page.locator(f'[data-status-of="{op_id}"]')).to_have_text("pending")
     expect(page.get_by_label(re.compile(f"^Select {increase}:"))).to_be_disabled()
 
-    page.get_by_role("link", name="Prefers tabs over spaces").click()
+    page.locator("#patch").get_by_role("link", name="Prefers tabs over spaces").click()
     expect(page.locator("#memory-fields")).to_contain_text("semi-stable")
     expect(page.locator(".timeline > li").first).to_contain_text("v4 update_stability")
 
@@ -404,3 +404,63 @@ def _docs_screenshots() -> Iterator[None]:
         docs.mkdir(exist_ok=True)
         for shot in SHOTS.glob("*-1280.png"):
             shutil.copy(shot, docs / shot.name)
+
+
+# -- issue 33: the console over a memory pack (prme-pg serve --pack) -------------------------
+
+
+@pytest.fixture(scope="module")
+def pack_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    pack = tmp_path_factory.mktemp("console") / "memories"
+    with MemoryClient(pack) as memory:
+        said = memory.add_event("I always indent with tabs", user_id="alice")
+        tabs = memory.add_node("Prefers tabs over spaces", user_id="alice")
+        memory.reinforce(tabs.id, said.id, user_id="alice")
+        berlin = memory.add_node("Lives in Berlin", user_id="alice", stability="semi-stable")
+        for _ in range(2):
+            memory.record_outcome(berlin.id, "explicit_correction", user_id="alice")
+        memory.link_correction("No, the meeting room is on floor three", [], user_id="alice")
+        alice = memory.create_api_token("alice")
+    with serve(pack) as base:
+        yield base, alice
+
+
+def test_the_console_signs_in_and_serves_every_page_on_a_pack(browser: Browser, pack_site: tuple[str, str]) -> None:
+    base, alice = pack_site
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=base)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on(
+        "console",
+        lambda message: errors.append(f"{message.text} {message.location}") if message.type == "error" else None,
+    )
+    refused: list[str] = []
+    page.on(
+        "response",
+        lambda response: refused.append(f"{response.status} {response.url}") if response.status >= 400 else None,
+    )
+    try:
+        page.goto("/ui/memories")
+        expect(page).to_have_url(re.compile(r"/ui/sign-in$"))
+        page.get_by_label("API token").fill(alice)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page).to_have_url(re.compile(r"/ui/memories$"))
+        expect(page.locator("#memory-results caption")).to_have_text("2 memories")
+        expect(page.locator("#health-ledger")).to_have_text("Ledger: none on a memory pack")
+
+        page.get_by_role("link", name="Prefers tabs over spaces").click()
+        expect(page.locator("#chain-status")).to_contain_text("The chain verifies: 2 records")
+
+        page.get_by_role("link", name="Maintenance").click()
+        report = page.locator("table").first
+        expect(report.locator("caption")).to_have_text("1 memory needs attention")
+        expect(report.get_by_role("link", name="Lives in Berlin")).to_be_visible()  # its text, not its id
+        page.get_by_role("button", name="Generate a patch").click()
+        expect(page.locator("#patch tbody tr")).not_to_have_count(0)
+
+        page.get_by_role("link", name="Correction inbox").click()
+        expect(page.get_by_text("No, the meeting room is on floor three")).to_be_visible()
+        assert refused == [] and errors == [], (refused, errors)
+    finally:
+        context.close()

@@ -28,6 +28,7 @@ from prme_pg.extractors import (
     ExtractorContext,
     LearningRecord,
     PlannedOperation,
+    about_the_user,
     derive_operation_id,
     load_extractor,
     remembered_facts,
@@ -68,10 +69,19 @@ def session_items() -> list[dict[str, Any]]:
     ]
 
 
+def test_facts_are_stored_as_statements_about_the_user() -> None:
+    """Issue 33: "remember that I prefer tabs" is alice's memory "The user prefers tabs", not "I prefer tabs"."""
+    assert about_the_user("I prefer tabs") == "The user prefers tabs"
+    assert about_the_user("I'm vegan and my editor is vim") == "The user is vegan and the user's editor is vim"
+    assert about_the_user("I always watch films") == "The user always watches films"
+    assert about_the_user("I don't fly") == "The user doesn't fly"
+    assert about_the_user("alice likes tea") == "alice likes tea"
+
+
 def test_remembered_facts() -> None:
-    assert remembered_facts("Remember that I use tabs.") == ["I use tabs"]
-    assert remembered_facts("please remember: my cat is Tom! And you?") == ["my cat is Tom"]
-    assert remembered_facts("Hi. Remember I deploy on Fridays") == ["I deploy on Fridays"]
+    assert remembered_facts("Remember that I use tabs.") == ["The user uses tabs"]
+    assert remembered_facts("please remember: my cat is Tom! And you?") == ["The user's cat is Tom"]
+    assert remembered_facts("Hi. Remember I deploy on Fridays") == ["The user deploys on Fridays"]
     assert remembered_facts("Remember x.y is fine. Also remember that z") == ["x.y is fine", "z"]
     assert remembered_facts("Do you remember the thing?") == []
     assert remembered_facts("remember") == []
@@ -95,7 +105,7 @@ def test_builtin_extractor_plans_the_scripted_session(tmp_path: Path, conn: psyc
     detector = correction_detector(lambda: conn)
     planned = load_extractor("builtin", ExtractorContext(is_correction=detector)).extract(record)
     assert planned == [
-        PlannedOperation("add_node", {"content": "I deploy on Fridays", "scope": "project-x"}, 1),
+        PlannedOperation("add_node", {"content": "The user deploys on Fridays", "scope": "project-x"}, 1),
         PlannedOperation("reinforce", {"node_id": SHOWN_BERLIN}, 3),
         PlannedOperation(
             "link_correction",
@@ -131,7 +141,7 @@ def test_extraction_without_a_correction_detector_is_rejected_not_guessed(tmp_pa
         "s", [{"type": "message", "role": "user", "text": "remember that I like tea"}], user_id=ALICE
     )
     assert BuiltinExtractor().extract(plain) == [
-        PlannedOperation("add_node", {"content": "I like tea", "scope": "personal"}, 0)
+        PlannedOperation("add_node", {"content": "The user likes tea", "scope": "personal"}, 0)
     ]
 
 

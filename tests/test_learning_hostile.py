@@ -84,7 +84,7 @@ def test_a_pending_file_nested_200000_levels_deep_is_rejected_and_the_rest_extra
     assert _states(queue) == {"pending": 0, "processing": 0, "completed": 1, "rejected": 1}
     set_aside = json.loads((queue.root / "rejected" / deep.name).read_text())
     assert "nested too deeply" in set_aside["reason"] and set_aside["size"] == 400_001
-    assert _remembered(db_dsn) == ["I prefer tabs"]
+    assert _remembered(db_dsn) == ["The user prefers tabs"]
 
 
 def test_a_pending_file_nested_past_the_limit_is_rejected(tmp_path: Path, db_dsn: str) -> None:
@@ -112,12 +112,12 @@ def test_a_pending_file_the_worker_may_not_read_is_skipped_then_extracted_once_r
     assert f"learning record {locked.record_id} in pending/ is not readable" in " ".join(run.stderr.split())
     execute_ledger(db_dsn)
     assert _states(queue) == {"pending": 1, "processing": 0, "completed": 1, "rejected": 0}
-    assert _remembered(db_dsn) == ["I prefer tabs"]
+    assert _remembered(db_dsn) == ["The user prefers tabs"]
     path.chmod(0o600)
     assert _sync(tmp_path, db_dsn).returncode == 0
     execute_ledger(db_dsn)
     assert _states(queue)["completed"] == 2
-    assert _remembered(db_dsn) == ["I prefer tabs", "I prefer tea"]
+    assert _remembered(db_dsn) == ["The user prefers tabs", "The user prefers tea"]
 
 
 class _Raises:

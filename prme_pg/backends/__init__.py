@@ -2,12 +2,13 @@
 
 A client turns each method call into a *request* (a frozen dataclass below, its
 arguments already parsed and typed) and hands it to a backend's ``execute``. One
-module per engine owns every SQL statement sent to it:
+backend per engine owns every SQL statement sent to it:
 
 * :mod:`prme_pg.backends.postgres` -- one ``SELECT * FROM prme.<function>(...)``
   per request; the rules run in PL/pgSQL;
 * :mod:`prme_pg.backends.duckdb` -- a memory pack; each request is one DuckDB
-  transaction whose rules are the macros of ``sql/duckdb``.
+  transaction whose rules are the macros of ``sql/duckdb`` (a package, one module per
+  capability).
 
 Requests are shared by the sync and async clients, so both build exactly the same
 calls; backends never import from the client layer above them.
@@ -354,7 +355,7 @@ def journal_rows(user_id: str, rows: Sequence[Sequence[Any]]) -> tuple[list[Jour
 
 @dataclass(frozen=True, slots=True)
 class AuthenticateApiToken(Request[bool]):
-    """Whether token_sha256 is a live bearer token of user_id (PostgreSQL only)."""
+    """Whether token_sha256 is a live bearer token of user_id."""
 
     user_id: str
     token_sha256: str
@@ -362,7 +363,7 @@ class AuthenticateApiToken(Request[bool]):
 
 @dataclass(frozen=True, slots=True)
 class CreateApiToken(Request[datetime]):
-    """Register the sha256 of a new bearer token of user_id (PostgreSQL only); returns its creation time."""
+    """Register the sha256 of a new bearer token of user_id; returns its creation time."""
 
     user_id: str
     token_sha256: str
@@ -371,7 +372,7 @@ class CreateApiToken(Request[datetime]):
 
 @dataclass(frozen=True, slots=True)
 class RevokeApiToken(Request[bool]):
-    """Revoke a live bearer token of user_id by its sha256 (PostgreSQL only); false when none matched."""
+    """Revoke a live bearer token of user_id by its sha256; false when none matched."""
 
     user_id: str
     token_sha256: str
@@ -384,7 +385,7 @@ class GetReadiness(Request[tuple[bool, list[str]]]):
 
 @dataclass(frozen=True, slots=True)
 class Recall(Request[list[RecallHit]]):
-    """Full-text recall over the memories of user_id (PostgreSQL only)."""
+    """Full-text recall over the memories of user_id."""
 
     user_id: str
     query: str | None
@@ -395,7 +396,7 @@ class Recall(Request[list[RecallHit]]):
 
 @dataclass(frozen=True, slots=True)
 class PublishSnapshot(Request[PublishResult]):
-    """Publish the current generation of (user_id, scope) (PostgreSQL only)."""
+    """Publish the current generation of (user_id, scope)."""
 
     user_id: str
     scope: str
@@ -406,7 +407,7 @@ class PublishSnapshot(Request[PublishResult]):
 
 @dataclass(frozen=True, slots=True)
 class GetCurrentSnapshot(Request[Snapshot]):
-    """The current generation of (user_id, scope), verified (PostgreSQL only)."""
+    """The current generation of (user_id, scope), verified."""
 
     user_id: str
     scope: str
@@ -414,7 +415,7 @@ class GetCurrentSnapshot(Request[Snapshot]):
 
 @dataclass(frozen=True, slots=True)
 class GetSnapshot(Request[Snapshot]):
-    """One generation of (user_id, scope) by id, verified (PostgreSQL only)."""
+    """One generation of (user_id, scope) by id, verified."""
 
     user_id: str
     scope: str
@@ -423,7 +424,7 @@ class GetSnapshot(Request[Snapshot]):
 
 @dataclass(frozen=True, slots=True)
 class AssemblePrompt(Request[AssembledPrompt]):
-    """Prompt text from the current generations of scopes within budget_bytes (PostgreSQL only)."""
+    """Prompt text from the current generations of scopes within budget_bytes."""
 
     user_id: str
     scopes: tuple[str, ...]

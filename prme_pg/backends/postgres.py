@@ -31,7 +31,7 @@ from psycopg.rows import RowFactory, RowMaker
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..errors import SQLSTATE_ERRORS, InvalidInput
+from ..errors import SQLSTATE_ERRORS, InvalidInput, SchemaMissing
 from ..models import (
     AppliedOp,
     AssembledPrompt,
@@ -1024,7 +1024,14 @@ def translate_error(exc: psycopg.Error | UnicodeEncodeError) -> Exception:
         return error(message)
     if sqlstate.startswith("22") or (not sqlstate and isinstance(exc, psycopg.DataError)):
         return InvalidInput(message)
+    if sqlstate in _MISSING_SCHEMA and "prme" in message:
+        return SchemaMissing(f"{message} ({SchemaMissing.HINT})")
     return exc
+
+
+#: SQLSTATEs that mean the database lacks (part of) the prme schema: invalid_schema_name,
+#: undefined_function, undefined_table.
+_MISSING_SCHEMA = ("3F000", "42883", "42P01")
 
 
 @contextmanager

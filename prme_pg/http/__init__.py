@@ -28,7 +28,7 @@ from fastapi import APIRouter, Depends, FastAPI
 from .. import __version__
 from ..aio import AsyncMemoryClient
 from . import console, ledger, maintenance, nodes, ops, recall, review
-from .dependencies import json_body
+from .dependencies import json_body, known_query
 from .gate import PUBLIC_PATHS, PUBLIC_PREFIX, OwnerGate, TrustedLoopback, is_public
 from .limits import Limits, uvicorn_options
 from .problems import EXCEPTION_HANDLERS, problem_responses
@@ -88,7 +88,7 @@ def create_app(
         description="A memory engine for AI agents: confirm, correct and audit memories.",
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,
-        dependencies=[Depends(json_body)],
+        dependencies=[Depends(json_body), Depends(known_query)],
     )
     app.state.client = client  # what the Client dependency hands to each route
     app.state.limits = limits

@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse, Response
 __all__ = ["ASSETS", "router"]
 
 ASSETS = Path(__file__).resolve().parent.parent / "ui"
-_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "

@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..aio import AsyncMemoryClient
@@ -22,6 +25,7 @@ __all__ = [
     "current_owner",
     "current_token",
     "json_body",
+    "known_query",
     "memory_client",
     "token_of",
 ]
@@ -65,6 +69,37 @@ async def json_body(request: Request) -> None:
     if not _is_json(content_type):
         shown = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
         raise UnsupportedMediaType(f"the request body must be JSON (Content-Type: application/json), not {shown}")
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route reads, its dependencies' included."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+async def known_query(request: Request) -> None:
+    """422 for a query parameter the route does not take: a misspelt filter (``?query=`` where a
+    route took ``?q=``, say) would otherwise be ignored and the answer look plausible. The
+    console's pages (``/ui/``, no parameters of their own) keep theirs for the browser."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute) or not request.query_params or route.path.startswith("/ui"):
+        return
+    known = _query_names(route.dependant)
+    unknown = [name for name in dict.fromkeys(request.query_params.keys()) if name not in known]
+    if unknown:
+        expected = ", ".join(sorted(known)) or "none"
+        raise RequestValidationError(
+            [
+                {
+                    "type": "extra_forbidden",
+                    "loc": ("query", name),
+                    "msg": f"unknown parameter (this route takes: {expected})",
+                }
+                for name in unknown
+            ]
+        )
 
 
 def memory_client(request: Request) -> AsyncMemoryClient:

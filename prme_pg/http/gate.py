@@ -37,12 +37,12 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..sqlstate import database_unavailable, describe
+from ..sqlstate import database_unavailable
 from ..tokens import parse_token
 from ..validation import is_loopback
 from .dependencies import GATE_STATE_KEY
 from .limits import Limits
-from .problems import RETRY_SOON, problem
+from .problems import MISSING_SCHEMA, RETRY_SOON, problem, server_failed, unavailable
 
 __all__ = [
     "PUBLIC_PATHS",
@@ -51,6 +51,8 @@ __all__ = [
     "TRUSTED_PATH",
     "TRUSTED_STATE_KEY",
     "OwnerGate",
+    "Slots",
+    "SlotsFull",
     "TrustedLoopback",
     "is_loopback",
     "is_public",
@@ -72,10 +74,43 @@ class TrustedLoopback:
     """Trusted loopback mode: the ledger's routes answer loopback peers without a token, for the
     owner named in the payload (``user_id``) or ``default_user``. ``unix_socket``: the server
     listens on a unix socket only (``serve --uds``), whose peers have no address and are all
-    on this machine, behind the socket file's permissions."""
+    on this machine, behind the socket file's permissions.
+
+    ``host`` and ``port``: the loopback address the server is bound to. A tokenless request
+    must name it (or ``localhost``) with that port in its ``Host`` header, else 421, and an
+    ``Origin`` header, if any, must be that same origin, else 403: a web page on this machine
+    whose DNS name was rebound to 127.0.0.1 names its own host, and a browser adds its own
+    origin to what the page sends (issue 32). On a unix socket, which no browser reaches,
+    any ``Origin`` is refused."""
 
     default_user: str | None = None
     unix_socket: bool = False
+    host: str | None = None
+    port: int | None = None
+
+    def allowed_hosts(self) -> frozenset[str]:
+        """The ``Host`` values a tokenless request may carry (TCP only; lowercase)."""
+        if self.host is None or self.port is None:
+            return frozenset()
+        names = {self.host.lower(), "localhost"}
+        if self.host == "localhost":
+            names |= {"127.0.0.1", "::1"}
+        bracketed = {f"[{name}]" if ":" in name else name for name in names}
+        return frozenset(f"{name}:{self.port}" for name in bracketed)
+
+    def refusal(self, headers: Headers) -> tuple[int, str] | None:
+        """Why a tokenless request with these headers is refused (status, detail), or None."""
+        origin = headers.get("origin")
+        if self.unix_socket:
+            if origin is not None:
+                return 403, "a request with an Origin (a browser's) needs a token on this server"
+            return None
+        hosts = self.allowed_hosts()
+        if headers.get("host", "").lower() not in hosts:
+            return 421, "without a token, the Host header must name this server: " + ", ".join(sorted(hosts))
+        if origin is not None and origin.lower() not in {f"http://{host}" for host in hosts}:
+            return 403, "without a token, a request from another origin is refused"
+        return None
 
 
 #: The routes trusted loopback mode opens: the ledger's.
@@ -101,7 +136,7 @@ class SlotsFull(Exception):
     """An owner has no free slot and no room to wait for one."""
 
 
-class _Slots:
+class Slots:
     """At most ``limit`` requests of one owner run at once; up to ``limit`` more wait for a slot,
     each at most ``wait`` seconds (a burst, such as a page loading its parts, is absorbed); any
     more are refused at once. Per owner state exists only while the owner has requests in."""
@@ -157,8 +192,8 @@ class OwnerGate:
         self.limits = limits
         self.trusted = trusted
         self.routes = tuple(routes)
-        self._requests = _Slots(requests_per_owner, limits.slot_wait_seconds)
-        self._streams = _Slots(limits.max_streams_per_owner, 0)
+        self._requests = Slots(requests_per_owner, limits.slot_wait_seconds)
+        self._streams = Slots(limits.max_streams_per_owner, 0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -222,6 +257,13 @@ class OwnerGate:
         return local and "authorization" not in Headers(scope=scope)
 
     async def _pass_trusted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.trusted is not None
+        refused = self.trusted.refusal(Headers(scope=scope))
+        if refused is not None:
+            status, detail = refused
+            title = "Misdirected Request" if status == 421 else "Forbidden"
+            await _refuse(problem(status, f"http-{status}", title, detail), scope, receive, send)
+            return
         stream = STREAM_PATH.match(scope["path"]) is not None
         slots, what = (self._streams, "event streams") if stream else (self._requests, "requests")
         scope.setdefault("state", {})[TRUSTED_STATE_KEY] = self.trusted
@@ -301,9 +343,8 @@ async def _unauthorized(detail: str, scope: Scope, receive: Receive, send: Send)
 
 
 async def _database_failed(exc: BaseException, scope: Scope, receive: Receive, send: Send) -> None:
-    if isinstance(exc, PoolTimeout) or database_unavailable(exc):
-        detail = f"the database is unavailable: {describe(exc)}"
-        await _refuse(problem(503, "unavailable", "Service Unavailable", detail, RETRY_SOON), scope, receive, send)
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate not in MISSING_SCHEMA and (isinstance(exc, PoolTimeout) or database_unavailable(exc)):
+        await _refuse(unavailable(exc), scope, receive, send)
         return
-    failed = problem(500, "internal", "Internal Server Error", f"the token lookup failed: {describe(exc)}")
-    await _refuse(failed, scope, receive, send)
+    await _refuse(server_failed(exc, "the token lookup failed"), scope, receive, send)

@@ -11,6 +11,7 @@ are :class:`prme_pg.metrics.ServiceMetrics`; see docs/HTTP.md ("Metrics").
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -86,11 +87,14 @@ async def serve(
     metrics_port: int,
     log_level: str,
     api_options: Mapping[str, Any] | None = None,
+    sockets: list[socket.socket] | None = None,
+    metrics_sockets: list[socket.socket] | None = None,
 ) -> None:
     """Serve the API and its metrics app side by side in this event loop, until SIGTERM or SIGINT.
 
     Each uvicorn server installs its signal handlers over the other's, so whichever stops
     first stops the other; the API's lifespan (which closes the client) ends last.
+    ``sockets`` / ``metrics_sockets``: sockets already bound (prme_pg.http.listen), served as they are.
     """
     import uvicorn
 
@@ -104,10 +108,10 @@ async def serve(
         ),
     ]
 
-    async def run(server: uvicorn.Server, other: uvicorn.Server) -> None:
+    async def run(server: uvicorn.Server, other: uvicorn.Server, bound: list[socket.socket] | None) -> None:
         try:
-            await server.serve()
+            await server.serve(sockets=bound)
         finally:
             other.should_exit = True
 
-    await asyncio.gather(run(servers[0], servers[1]), run(servers[1], servers[0]))
+    await asyncio.gather(run(servers[0], servers[1], sockets), run(servers[1], servers[0], metrics_sockets))

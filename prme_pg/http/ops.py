@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import __version__, migrations
 from ..aio import AsyncMemoryClient
 from ..backends.duckdb import AsyncDuckDBBackend
+from ..errors import SchemaMissing
 from ..sqlstate import describe
 from .dependencies import Client
 from .strict_json import StrictJSONRoute
@@ -90,7 +91,7 @@ async def ready(client: Client, request: Request, response: Response) -> Readine
             capabilities, problems = await _capabilities(client)
     except TimeoutError:
         capabilities, problems = _NOTHING, [f"the database did not answer within {timeout:g} s"]
-    except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction):
+    except (psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedFunction, SchemaMissing):
         capabilities, problems = _NOTHING, ["the database has no prme schema (run prme-pg migrate)"]
     except (psycopg.Error, PoolTimeout) as exc:
         capabilities, problems = _NOTHING, [f"the database is unavailable: {describe(exc)}"]

@@ -3,6 +3,8 @@ exception handlers that turn every error a route can raise into one."""
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -18,7 +20,20 @@ from ..errors import IdempotencyConflict, IntegrityError, InvalidInput, NotFound
 from ..sqlstate import database_unavailable, describe
 from .dependencies import Unauthorized, UnsupportedMediaType
 
-__all__ = ["ERROR_TYPE", "EXCEPTION_HANDLERS", "PROBLEM_JSON", "RETRY_SOON", "Problem", "problem", "problem_responses"]
+__all__ = [
+    "ERROR_TYPE",
+    "EXCEPTION_HANDLERS",
+    "MISSING_SCHEMA",
+    "PROBLEM_JSON",
+    "RETRY_SOON",
+    "Problem",
+    "problem",
+    "problem_responses",
+    "server_failed",
+    "unavailable",
+]
+
+log = logging.getLogger("prme_pg.http")
 
 PROBLEM_JSON = "application/problem+json"
 ERROR_TYPE = "urn:prme-pg:error:"
@@ -108,23 +123,46 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return problem(exc.status_code, f"http-{exc.status_code}", str(exc.detail), str(exc.detail))
 
 
+#: This server's schema is not what this release needs (not migrated, or damaged): ours, never
+#: "unavailable" (a retry cannot help), and never shown to the client in PostgreSQL's words.
+MISSING_SCHEMA = ("3F000", "42883", "42P01", "42703")
+
+
+def server_failed(exc: BaseException, what: str = "the database failed") -> JSONResponse:
+    """500 with a correlation id; the detail (a raw PostgreSQL message) goes to the server's log only."""
+    incident = uuid.uuid4().hex
+    log.error("incident %s: %s: %s", incident, what, describe(exc))
+    detail = f"{what}; the server's log has the details under incident {incident}"
+    return problem(500, "internal", "Internal Server Error", detail, {"X-Incident-Id": incident})
+
+
 async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
-    return problem(
-        503, "unavailable", "Service Unavailable", f"the database is unavailable: {describe(exc)}", RETRY_SOON
-    )
+    return unavailable(exc)
+
+
+def unavailable(exc: BaseException) -> JSONResponse:
+    """503 with a correlation id; the reason goes to the server's log only."""
+    incident = uuid.uuid4().hex
+    log.warning("incident %s: the database is unavailable: %s", incident, describe(exc))
+    detail = f"the database is unavailable; retry later (incident {incident})"
+    return problem(503, "unavailable", "Service Unavailable", detail, {**RETRY_SOON, "X-Incident-Id": incident})
 
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     """By SQLSTATE class, not by psycopg's exception type (prme_pg.sqlstate): a lost connection or
     a statement timeout is 503; a program limit the request ran into (54001 stack depth, say,
-    which psycopg calls an OperationalError) is the request's, 422; anything else is ours, 500."""
+    which psycopg calls an OperationalError) is the request's, 422; a schema this release does
+    not find (42883, 42P01, 3F000) and anything else is ours, 500. The 503 and 500 bodies are
+    generic with a correlation id; PostgreSQL's message is logged, never sent (issue 32)."""
     assert isinstance(exc, psycopg.Error)
+    if exc.sqlstate in MISSING_SCHEMA:
+        return server_failed(exc, "the server's database schema is not this release's")
     if database_unavailable(exc):
         return await _unavailable(request, exc)
     if exc.sqlstate is not None and exc.sqlstate.startswith("54"):
         detail = f"the request exceeds a database limit: {describe(exc)}"
         return problem(422, exc.sqlstate, "Invalid Input", detail)
-    return problem(500, "internal", "Internal Server Error", f"the database failed: {describe(exc)}")
+    return server_failed(exc)
 
 
 # Every error a route raises, as the problem it answers with (FastAPI(exception_handlers=...)).

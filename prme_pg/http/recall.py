@@ -10,6 +10,7 @@ from uuid import UUID
 from fastapi import APIRouter, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import InvalidInput
 from ..models import AssembledPrompt, PublishResult, RecallHit, Snapshot
 from .dependencies import Client, Owner
 from .fields import Number
@@ -127,12 +128,15 @@ def _if_match(value: str | None) -> str | None:
 async def recall(
     user_id: Owner,
     client: Client,
-    q: Annotated[str | None, Query(description="words to look for; absent or blank ranks by strength")] = None,
+    query: Annotated[str | None, Query(description="words to look for; absent or blank ranks by strength")] = None,
     scope: Annotated[list[str] | None, Query(description="only these scopes (repeat; default all)")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="at most this many hits")] = 10,
+    q: Annotated[str | None, Query(description="the same as query (an alias)")] = None,
 ) -> RecallOut:
-    """The token owner's memories matching q, best first (docs/RECALL.md)."""
-    hits = await client.recall(q, user_id=user_id, scopes=scope, max_count=limit)
+    """The token owner's memories matching query, best first (docs/RECALL.md)."""
+    if query is not None and q is not None and query != q:
+        raise InvalidInput("pass query or its alias q, not both")
+    hits = await client.recall(query if query is not None else q, user_id=user_id, scopes=scope, max_count=limit)
     return RecallOut(hits=[RecallHitOut.of(hit) for hit in hits])
 
 

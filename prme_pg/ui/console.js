@@ -86,6 +86,11 @@ function done(region, ...children) {
   region.replaceChildren(...children);
 }
 
+// "1 memory", "2 memories": a count with its noun.
+function count(n, one, many) {
+  return `${n} ${n === 1 ? one : many}`;
+}
+
 function fmt(value) {
   return value === null || value === undefined ? "—" : String(value);
 }
@@ -179,13 +184,20 @@ async function refreshHealth() {
   } catch {
     pill("health-live", "Server: unreachable", false);
   }
+  let ledgerServed = true;
   try {
     // Readiness needs no token and shows nothing of any owner (docs/HTTP.md).
     const ready = await call("GET", "/ready", { auth: false, allow: [503] });
     const ok = ready.status === "ready";
+    // A memory pack (prme-pg serve --pack) is ready without a ledger: it has none.
+    ledgerServed = !(ok && ready.capabilities && ready.capabilities.ledger === false);
     pill("health-ready", ok ? "Database: ready" : `Database: not ready (${ready.detail})`, ok);
   } catch (error) {
     pill("health-ready", `Database: ${error.message}`, false);
+  }
+  if (!ledgerServed) {
+    pill("health-ledger", "Ledger: none on a memory pack", null);
+    return;
   }
   if (!token()) {
     pill("health-ledger", "Ledger: sign in to see", null);
@@ -223,7 +235,8 @@ function signInPage() {
         input.value = "";
         signIn(value);
         try {
-          await call("GET", "/api/v2/ledger", { signingIn: true });  // any route that needs a token
+          // A route that needs a token and that both backends serve (a pack has no ledger).
+          await call("GET", "/v1/nodes", { query: { limit: 1 }, signingIn: true });
         } catch (error) {
           signOut();
           const text = error instanceof ApiError && error.status === 401 ? "That token is not valid." : error.message;
@@ -327,7 +340,7 @@ async function memoriesPage() {
     done(
       results,
       rows.length
-        ? table(`${rows.length} memories`, ["Memory", "Id", "Scope", "Stability", "Lifecycle", "Confidence", "Changed"], rows)
+        ? table(count(rows.length, "memory", "memories"), ["Memory", "Id", "Scope", "Stability", "Lifecycle", "Confidence", "Changed"], rows)
         : h("p", { class: "notice" }, "No memory matches."),
     );
   } catch (error) {
@@ -415,11 +428,11 @@ function journalView(journal) {
   const broken = journal.records.filter((r) => r.problems.length > 0).length;
   const chainProblems = journal.problems.filter((p) => !journal.records.some((r) => r.node_version === p.node_version));
   const summary = journal.verified
-    ? h("p", { class: "notice ok chain", id: "chain-status" }, `The chain verifies: ${journal.records.length} records, each checksum recomputed and each link checked; the memory points at the newest record.`)
+    ? h("p", { class: "notice ok chain", id: "chain-status" }, `The chain verifies: ${count(journal.records.length, "record", "records")}, each checksum recomputed and each link checked; the memory points at the newest record.`)
     : h(
         "p",
         { class: "notice bad chain", id: "chain-status", role: "alert" },
-        `The chain does not verify: ${broken} of ${journal.records.length} records fail` + (chainProblems.length ? `; ${chainProblems.map((p) => `${p.problem}: ${p.detail}`).join("; ")}` : "") + ".",
+        `The chain does not verify: ${broken} of ${count(journal.records.length, "record fails", "records fail")}` + (chainProblems.length ? `; ${chainProblems.map((p) => `${p.problem}: ${p.detail}`).join("; ")}` : "") + ".",
       );
   const extra = journal.complete ? null : h("p", { class: "hint" }, `Only the oldest ${journal.records.length} records are shown (of ${journal.version}).`);
   const items = [...journal.records].reverse().map((r) => {
@@ -448,7 +461,7 @@ function journalView(journal) {
 
 function outcomesView(outcomes, summary) {
   const counts = summary
-    ? h("p", {}, `${summary.outcomes} outcomes, score ${summary.score}, stability by outcomes ${summary.stability_by_outcomes}.`)
+    ? h("p", {}, `${count(summary.outcomes, "outcome", "outcomes")}, score ${summary.score}, stability by outcomes ${summary.stability_by_outcomes}.`)
     : null;
   if (outcomes.length === 0) return h("div", {}, counts, h("p", { class: "hint" }, "No outcome recorded."));
   const rows = outcomes.map((o) =>
@@ -471,10 +484,13 @@ function evidenceView(events) {
 async function maintenancePage() {
   const patchId = new URLSearchParams(window.location.search).get("patch");
   page("Maintenance", h("p", { class: "hint", "aria-busy": "true" }, "Loading the report…"));
-  const [report, patch] = await Promise.allSettled([
+  const [report, patch, active] = await Promise.allSettled([
     call("GET", "/v1/maintenance/report"),
     patchId ? call("GET", `/v1/maintenance/patches/${encodeURIComponent(patchId)}`) : Promise.resolve(null),
+    // The report names memories by id; their text comes from the memories the report can list.
+    call("GET", "/v1/nodes", { query: { lifecycle_state: ["active", "contested"], limit: 1000 } }),
   ]);
+  const contents = new Map(active.status === "fulfilled" ? active.value.nodes.map((n) => [n.id, n.content]) : []);
   // The patch comes last, so generating one only adds below what is on the page.
   const patchRegion = h("div", { id: "patch" });
   if (patch.status === "rejected") patchRegion.append(problemNotice(patch.reason));
@@ -483,7 +499,7 @@ async function maintenancePage() {
   page(
     "Maintenance",
     h("h2", {}, "Report"),
-    report.status === "fulfilled" ? reportView(report.value.recommendations) : problemNotice(report.reason),
+    report.status === "fulfilled" ? reportView(report.value.recommendations, contents) : problemNotice(report.reason),
     h("h2", {}, "Patch"),
     h(
       "div",
@@ -494,12 +510,16 @@ async function maintenancePage() {
   );
 }
 
-function reportView(recommendations) {
+function reportView(recommendations, contents) {
   const rows = recommendations.map((r) =>
     h(
       "tr",
       {},
-      cell("Memory", link(`/ui/memories/${r.node_id}`, r.node_id, { class: "id" })),
+      cell(
+        "Memory",
+        link(`/ui/memories/${r.node_id}`, contents.get(r.node_id) || r.node_id),
+        h("div", {}, h("code", { class: "id" }, r.node_id)),
+      ),
       cell("Recommendations", r.recommendations.join(", ")),
       cell(
         "Stability",
@@ -520,7 +540,7 @@ function reportView(recommendations) {
   );
   if (rows.length === 0) return h("p", { class: "notice ok" }, "Nothing needs maintenance.");
   return table(
-    `${rows.length} memories need attention`,
+    `${count(rows.length, "memory needs", "memories need")} attention`,
     ["Memory", "Recommendations", "Stability", "Confidence", "Next review", "Outcomes since review"],
     rows,
   );
@@ -530,7 +550,7 @@ async function generatePatch(region) {
   try {
     const created = await call("POST", "/v1/maintenance/patches", { body: {} });
     history.replaceState(null, "", `/ui/maintenance?patch=${created.patch_id}`);
-    say(`Patch generated with ${created.ops.length} ops`);
+    say(`Patch generated with ${count(created.ops.length, "op", "ops")}`);
     region.replaceChildren(patchView(created, region));
   } catch (error) {
     region.replaceChildren(problemNotice(error));
@@ -610,7 +630,7 @@ function patchView(patch, region, results) {
       ? h(
           "div",
           {},
-          table(`${patch.ops.length} ops; the safe ones are selected`, ["Select", "Op", "Memory", "Change", "Reason", "Risk", "Status"], rows),
+          table(`${count(patch.ops.length, "op", "ops")}; the safe ones are selected`, ["Select", "Op", "Memory", "Change", "Reason", "Risk", "Status"], rows),
           h(
             "div",
             { class: "actions" },

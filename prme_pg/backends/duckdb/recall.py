@@ -1,0 +1,205 @@
+"""Recall (sql/postgres/310_recall.sql) and find_nodes (315_find_nodes.sql): the word index of
+the pack's memories, the ranking, and their statements."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from ...errors import InvalidInput
+from ...models import (
+    Node,
+    RecallHit,
+)
+from ...validation import valid_user_id
+from .. import (
+    FindNodes,
+    Recall,
+    recall_hit,
+)
+from .connection import PackConnection
+from .rows import _NODE_COLUMNS, _NODE_NAMES, _node_from_values
+from .validation import _MAX_TEXT_BYTES, _STABILITIES, _no_nul, _valid_scopes, valid_timestamp
+
+INSERT_WORDS = "INSERT INTO prme.node_words SELECT $user_id, $node_id, unnest(prme.recall_words($content))"
+
+
+def _index_recall_words(con: duckdb.DuckDBPyConnection) -> None:
+    """Index the recall words of every memory of a pack written before prme.node_words existed
+    (or by another version of the words): once, when the pack is opened."""
+    row = con.execute("SELECT value FROM prme.pack_info WHERE key = 'recall_words'").fetchone()
+    if row is not None and row[0] == RECALL_WORDS_VERSION:
+        return
+    con.execute("DELETE FROM prme.node_words")
+    con.execute("INSERT INTO prme.node_words SELECT user_id, id, unnest(prme.recall_words(content)) FROM prme.nodes")
+    con.execute("INSERT OR REPLACE INTO prme.pack_info VALUES ('recall_words', $v)", {"v": RECALL_WORDS_VERSION})
+
+
+#: The version of prme.recall_words the pack's node_words were built with.
+RECALL_WORDS_VERSION = "1"
+
+# Each memory that may be recalled, with its virtual decay at $as_of (prme.recall's inner
+# level): its id and scores only. {nodes} is prme.nodes, or for a query the memories its
+# words match joined first, so that only those are read and decayed.
+_RECALL_SCORES = """
+SELECT n.id, {relevance} AS relevance,
+    prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
+        AS effective_salience,
+    prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
+FROM (
+    SELECT n.id, n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile, {shared}
+        prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
+    FROM {nodes}
+    WHERE n.user_id = $user_id
+      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
+) AS n
+"""
+# score = relevance * (0.5 + 0.25 salience + 0.25 confidence), best first, ties by id. The
+# ranking reads the few columns it needs; the rest of each hit's columns are read for the
+# max_count best only. The rank is the row's position (recall_hits), not a window.
+_RECALL = """
+SELECT r.score, r.relevance, r.effective_salience, r.effective_confidence, n.id, n.namespace, n.scope,
+    n.kind, n.content, n.lifecycle_state, n.decay_profile, n.confidence_base, n.salience_base,
+    n.reinforcement_boost, n.last_reinforced_at, n.created_at, n.updated_at, n.version
+FROM (
+    SELECT d.*, d.relevance * (CAST(0.5 AS DOUBLE) + CAST(0.25 AS DOUBLE) * d.effective_salience
+        + CAST(0.25 AS DOUBLE) * d.effective_confidence) AS score
+    FROM ({scores}) AS d
+    ORDER BY score DESC, d.id
+    LIMIT $max_count
+) AS r
+JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = r.id
+ORDER BY r.score DESC, r.id
+"""
+RECALL_ALL = _RECALL.format(
+    scores=_RECALL_SCORES.format(relevance="CAST(1.0 AS DOUBLE)", shared="", nodes="prme.nodes AS n")
+)
+# The share of the query's words a memory has: its matching rows in node_words, found by
+# {has_word}. DuckDB turns a list of five or more words into a join marking every row of
+# node_words, then a filter; a semi join with the words is about 1 ms faster from
+# five words on, the list's filter faster below (bench/client_bench.py --recall-only).
+_RECALL_WORDS = _RECALL.format(
+    scores=_RECALL_SCORES.format(
+        relevance="CAST(n.shared AS DOUBLE) / CAST($word_count AS DOUBLE)",
+        shared="m.shared,",
+        nodes="""(
+        SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w
+        WHERE w.user_id = $user_id AND {has_word}
+        GROUP BY w.node_id
+    ) AS m
+    JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id""",
+    )
+)
+RECALL_FEW_WORDS = _RECALL_WORDS.format(has_word="list_contains(CAST($words AS VARCHAR []), w.word)")
+RECALL_WORDS = _RECALL_WORDS.format(has_word="w.word IN (SELECT unnest(CAST($words AS VARCHAR [])))")
+
+
+def recall_hits(rows: list[tuple[Any, ...]]) -> list[RecallHit]:
+    """Recall's rows, best first, as hits ranked 1, 2, ... (prme.recall's row_number)."""
+    return [recall_hit((rank, *row)) for rank, row in enumerate(rows, 1)]
+
+
+# prme.find_nodes: the owner's memories in any lifecycle state, filtered; with words, the
+# ones having any of them, most of the query's words first; then the newest change first.
+_FIND_FILTERS = (
+    "n.user_id = $user_id "
+    "AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope)) "
+    "AND (CAST($stabilities AS VARCHAR []) IS NULL OR list_contains(CAST($stabilities AS VARCHAR []), n.stability)) "
+    "AND (CAST($states AS VARCHAR []) IS NULL OR list_contains(CAST($states AS VARCHAR []), n.lifecycle_state))"
+)
+FIND_ALL = (
+    f"SELECT {_NODE_COLUMNS} FROM prme.nodes AS n WHERE {_FIND_FILTERS} "
+    "ORDER BY n.updated_at DESC, n.id LIMIT $max_count"
+)
+FIND_WORDS = (
+    f"SELECT {', '.join('n.' + c for c in _NODE_NAMES)} FROM ("
+    "SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w "
+    "WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) GROUP BY w.node_id"
+    f") AS m JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id WHERE {_FIND_FILTERS} "
+    "ORDER BY m.shared DESC, n.updated_at DESC, n.id LIMIT $max_count"
+)
+_LIFECYCLE_STATES = ("active", "contested", "superseded", "deprecated", "archived")
+
+
+class RecallOperations(PackConnection):
+    def recall(self, request: Recall) -> list[RecallHit]:
+        user_id = valid_user_id(request.user_id)
+        scopes = None if request.scopes is None else list(_valid_scopes(request.scopes))
+        as_of = valid_timestamp("as_of", request.as_of)
+        if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 1000:
+            raise InvalidInput("max_count must be between 1 and 1000")
+        query = request.query
+        if query is not None:
+            size = len(_no_nul("query", query).encode("utf-8"))
+            if size > _MAX_TEXT_BYTES:
+                raise InvalidInput("query must be at most 65536 bytes")
+        blank = query is None or query.strip(" \t\n\r\f\v") == ""
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[RecallHit]:
+            params: dict[str, Any] = {
+                "user_id": user_id,
+                "scopes": scopes,
+                "as_of": as_of or self._clock(),
+                "max_count": request.max_count,
+            }
+            if blank:
+                rows = con.execute(RECALL_ALL, params).fetchall()
+            else:
+                found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
+                words = found[0] if found is not None else []
+                if len(words) > 1024:
+                    raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
+                if not words:
+                    return []  # only stop words and punctuation: nothing can match
+                statement = RECALL_FEW_WORDS if len(words) < 5 else RECALL_WORDS
+                rows = con.execute(statement, {**params, "words": words, "word_count": len(words)}).fetchall()
+            return recall_hits(rows)
+
+        # Two statements, but the first (the query's words) reads no table.
+        return self.read(work)
+
+    def find_nodes(self, request: FindNodes) -> list[Node]:
+        """prme.find_nodes: memories in any lifecycle state by recall's words and filters."""
+        user_id = valid_user_id(request.user_id)
+        scopes = None if request.scopes is None else list(_valid_scopes(request.scopes))
+        if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 1000:
+            raise InvalidInput("max_count must be between 1 and 1000")
+        query = request.query
+        if query is not None:
+            size = len(_no_nul("query", query).encode("utf-8"))
+            if size > _MAX_TEXT_BYTES:
+                raise InvalidInput(f"query must be at most 65536 bytes (got {size} bytes)")
+        stabilities = request.stabilities
+        if stabilities is not None and (
+            not 1 <= len(stabilities) <= 100 or any(s not in _STABILITIES for s in stabilities)
+        ):
+            raise InvalidInput("stabilities must be NULL or a list (of at most 100) of low, semi-stable and stable")
+        states = request.lifecycle_states
+        if states is not None and (not 1 <= len(states) <= 100 or any(s not in _LIFECYCLE_STATES for s in states)):
+            raise InvalidInput(
+                "lifecycle_states must be NULL or a list (of at most 100) of active, contested, superseded, "
+                "deprecated and archived"
+            )
+        params: dict[str, Any] = {
+            "user_id": user_id,
+            "scopes": scopes,
+            "stabilities": None if stabilities is None else list(stabilities),
+            "states": None if states is None else list(states),
+            "max_count": request.max_count,
+        }
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[Node]:
+            if query is None or query.strip(" \t\n\r\f\v") == "":
+                return [_node_from_values(row) for row in con.execute(FIND_ALL, params).fetchall()]
+            found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
+            words = found[0] if found is not None else []
+            if len(words) > 1024:
+                raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
+            if not words:
+                return []  # only stop words and punctuation: nothing can match
+            rows = con.execute(FIND_WORDS, {**params, "words": words}).fetchall()
+            return [_node_from_values(row) for row in rows]
+
+        return self.read(work)
