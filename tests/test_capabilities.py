@@ -54,6 +54,7 @@ SAMPLE = {
     "operation_id": "op-1",
     "schema_version": 1,
     "dependencies": (),
+    "items": (),
     "confidence_base": Decimal("0.5"),
     "salience_base": Decimal("0.5"),
     "decay_per_cycle": Decimal("0.05"),
