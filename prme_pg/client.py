@@ -36,8 +36,10 @@ import rfc8785
 from psycopg_pool import ConnectionPool
 
 from .backends import (
+    MAX_BATCH_ITEMS,
     AddEvent,
     AddNode,
+    AddNodes,
     ApplyPatch,
     ArchiveNode,
     AssemblePrompt,
@@ -66,6 +68,7 @@ from .backends import (
     ListNodes,
     ListOperationEvents,
     MarkReviewed,
+    NodeItem,
     PublishSnapshot,
     Recall,
     RecordOutcome,
@@ -196,6 +199,80 @@ def add_node_request(
         embedding=embedding,
         embedding_model=embedding_model,
     )
+
+
+#: The fields of one memory of an add_nodes batch: add_node's arguments and created_at.
+NODE_ITEM_FIELDS = frozenset(
+    {
+        "content",
+        "scope",
+        "namespace",
+        "kind",
+        "confidence_base",
+        "salience_base",
+        "stability",
+        "decay_profile",
+        "next_review_at",
+        "node_id",
+        "created_at",
+    }
+)
+
+
+def node_item(item: Mapping[str, Any] | NodeItem) -> NodeItem:
+    """One memory of a batch: a NodeItem as is, or a mapping with add_node's keyword
+    arguments (and ``created_at``), absent ones taking add_node's defaults."""
+    if isinstance(item, NodeItem):
+        return item
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"must be a mapping of add_node's arguments, got {type(item).__name__}")
+    unknown = sorted(set(item) - NODE_ITEM_FIELDS)
+    if unknown:
+        raise InvalidInput(f"unknown field {unknown[0]}")
+    if not isinstance(item.get("content"), str):
+        raise InvalidInput("content must be a string")
+    request = add_node_request(
+        item["content"],
+        "-",
+        item.get("scope", "personal"),
+        item.get("namespace", "default"),
+        item.get("kind", "fact"),
+        item.get("confidence_base", Decimal("0.5")),
+        item.get("salience_base", Decimal("0.5")),
+        item.get("stability", "low"),
+        item.get("decay_profile", "medium"),
+        item.get("next_review_at", ReviewSchedule.BY_CADENCE),
+        item.get("node_id"),
+    )
+    for name in ("confidence_base", "salience_base"):
+        if not getattr(request, name).is_finite():
+            raise InvalidInput(f"{name} must be a finite number")
+    return NodeItem(
+        content=request.content,
+        scope=request.scope,
+        namespace=request.namespace,
+        kind=request.kind,
+        confidence_base=request.confidence_base,
+        salience_base=request.salience_base,
+        stability=request.stability,
+        decay_profile=request.decay_profile,
+        next_review_at=request.next_review_at,
+        node_id=request.node_id,
+        created_at=parse_time("created_at", item.get("created_at")),
+    )
+
+
+def add_nodes_request(items: Iterable[Mapping[str, Any] | NodeItem], user_id: str) -> AddNodes:
+    """The batch request; a bad item is InvalidInput naming it (``items[3]: ...``), before any I/O."""
+    parsed: list[NodeItem] = []
+    for index, item in enumerate(items):
+        if index >= MAX_BATCH_ITEMS:
+            raise InvalidInput(f"items must hold at most {MAX_BATCH_ITEMS} memories")
+        try:
+            parsed.append(node_item(item))
+        except InvalidInput as exc:
+            raise InvalidInput(f"items[{index}]: {exc}") from None
+    return AddNodes(user_id=user_id, items=tuple(parsed))
 
 
 def add_event_request(
@@ -699,6 +776,16 @@ class MemoryClient:
             return None, None
         vector = self._embeddings.content_vector(embedder, content, embedding)
         return vector, None if vector is None else embedder.model_id
+
+    def add_nodes(self, items: Iterable[Mapping[str, Any] | NodeItem], *, user_id: str) -> list[Node]:
+        """Create up to 1000 memories in one transaction, each exactly as :meth:`add_node` would
+        (its create record included); all or nothing. Each item is a mapping of add_node's
+        keyword arguments, plus ``created_at`` (when it was first made elsewhere). Returns one
+        node per item, in order; an item whose ``node_id`` is stored already with the same
+        content, scope, namespace and kind is ``replayed`` (nothing written), so a retried batch
+        writes only what is missing. A bad item raises InvalidInput (a taken node_id
+        IdempotencyConflict) whose message starts with ``items[N]``. See docs/IMPORT.md."""
+        return self._backend.execute(add_nodes_request(items, user_id))
 
     def add_event(
         self,

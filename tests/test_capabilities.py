@@ -26,6 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from prme_pg import MemoryClient, backends
@@ -54,6 +55,9 @@ SAMPLE = {
     "operation_id": "op-1",
     "schema_version": 1,
     "dependencies": (),
+    "items": (),
+    "vectors": np.zeros((0, 1), dtype=np.float32),
+    "errors": (),
     "confidence_base": Decimal("0.5"),
     "salience_base": Decimal("0.5"),
     "decay_per_cycle": Decimal("0.05"),

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+from uuid import UUID
+
 import duckdb
 
 from ...errors import IdempotencyConflict, InvalidInput, NotFoundError
@@ -13,11 +16,14 @@ from ...models import (
 )
 from ...validation import valid_user_id
 from .. import (
+    MAX_BATCH_ITEMS,
     AddEvent,
     AddNode,
+    AddNodes,
     ArchiveNode,
     GetNode,
     ListNodes,
+    NodeItem,
     Reinforce,
 )
 from .connection import PackConnection, _Retry
@@ -72,7 +78,7 @@ FROM (
             'next_review_at': CAST($next_review_at AS TIMESTAMPTZ),
             'lifecycle_state': 'active',
             'decay_profile': CAST($decay_profile AS VARCHAR),
-            'created_at': CAST($now AS TIMESTAMPTZ),
+            'created_at': CAST($created_at AS TIMESTAMPTZ),
             'updated_at': CAST($now AS TIMESTAMPTZ),
             'version': CAST(1 AS BIGINT)
         } AS state
@@ -120,70 +126,130 @@ INSERT_EVENT = (
 )
 
 
+def _node_params(request: AddNode | NodeItem, user_id: str) -> dict[str, Any]:
+    """add_node's checks (sql/postgres/080_add_node.sql), before any I/O."""
+    params: dict[str, Any] = {
+        "user_id": user_id,
+        "namespace": valid_name("namespace", request.namespace),
+        "scope": valid_name("scope", request.scope),
+        "kind": valid_name("kind", request.kind),
+        "content": valid_content(request.content),
+        "confidence_base": valid_fraction("confidence_base", request.confidence_base),
+        "salience_base": valid_fraction("salience_base", request.salience_base),
+    }
+    if request.stability not in _STABILITIES:
+        raise InvalidInput("stability must be low, semi-stable or stable")
+    if request.decay_profile not in _DECAY_PROFILES:
+        raise InvalidInput("decay_profile must be permanent, slow, medium, fast or rapid")
+    params.update(
+        stability=request.stability,
+        decay_profile=request.decay_profile,
+        next_review_at=(
+            None
+            if isinstance(request.next_review_at, ReviewSchedule)
+            else valid_timestamp("next_review_at", request.next_review_at)
+        ),
+        by_cadence=request.next_review_at is ReviewSchedule.BY_CADENCE,
+    )
+    return params
+
+
 class NodeOperations(PackConnection):
+    def _create(
+        self, con: duckdb.DuckDBPyConnection, params: dict[str, Any], node_id: UUID | None, now: Any, created_at: Any
+    ) -> Node:
+        """The node and its create record, written: add_node's transaction, one item of add_nodes'."""
+        operation_id = self._new_id()
+        review = params["next_review_at"]
+        if params["by_cadence"]:
+            # On a review schedule from the start: one cadence of its stability ahead.
+            review = now + _setting(con, str(params["user_id"]), params["stability"])[0]
+        values = {name: value for name, value in params.items() if name != "by_cadence"}
+        entry = con.execute(
+            CREATE_ENTRY,
+            {
+                **values,
+                "next_review_at": review,
+                "node_id": node_id or self._new_id(),
+                "operation_id": operation_id,
+                "now": now,
+                "created_at": created_at,
+            },
+        ).fetchone()
+        assert entry is not None
+        state, record, checksum = entry
+        if con.execute(INSERT_NODE, {**state, "last_checksum": checksum}).fetchone() is None:
+            raise IdempotencyConflict("a node with this node_id already exists")
+        con.execute(INSERT_WORDS, {"user_id": state["user_id"], "node_id": state["id"], "content": state["content"]})
+        _append_record(con, state, "create", operation_id, record, checksum, prev_checksum=None)
+        return _node(state)
+
     def add_node(self, request: AddNode) -> Node:
-        params = {
-            "user_id": valid_user_id(request.user_id),
-            "namespace": valid_name("namespace", request.namespace),
-            "scope": valid_name("scope", request.scope),
-            "kind": valid_name("kind", request.kind),
-            "content": valid_content(request.content),
-            "confidence_base": valid_fraction("confidence_base", request.confidence_base),
-            "salience_base": valid_fraction("salience_base", request.salience_base),
-        }
-        if request.stability not in _STABILITIES:
-            raise InvalidInput("stability must be low, semi-stable or stable")
-        if request.decay_profile not in _DECAY_PROFILES:
-            raise InvalidInput("decay_profile must be permanent, slow, medium, fast or rapid")
-        by_cadence = request.next_review_at is ReviewSchedule.BY_CADENCE
-        params.update(
-            stability=request.stability,
-            decay_profile=request.decay_profile,
-            next_review_at=(
-                None
-                if isinstance(request.next_review_at, ReviewSchedule)
-                else valid_timestamp("next_review_at", request.next_review_at)
-            ),
-        )
+        params = _node_params(request, valid_user_id(request.user_id))
 
         def work(con: duckdb.DuckDBPyConnection) -> Node:
-            operation_id = self._new_id()
             now = self._clock()
-            review = params["next_review_at"]
-            if by_cadence:
-                # On a review schedule from the start: one cadence of its stability ahead.
-                review = now + _setting(con, str(params["user_id"]), request.stability)[0]
-            entry = con.execute(
-                CREATE_ENTRY,
-                {
-                    **params,
-                    "next_review_at": review,
-                    "node_id": request.node_id or self._new_id(),
-                    "operation_id": operation_id,
-                    "now": now,
-                },
-            ).fetchone()
-            assert entry is not None
-            state, record, checksum = entry
-            if con.execute(INSERT_NODE, {**state, "last_checksum": checksum}).fetchone() is None:
-                raise IdempotencyConflict("a node with this node_id already exists")
-            con.execute(
-                INSERT_WORDS, {"user_id": state["user_id"], "node_id": state["id"], "content": state["content"]}
-            )
-            _append_record(con, state, "create", operation_id, record, checksum, prev_checksum=None)
+            node = self._create(con, params, request.node_id, now, now)
             vector = valid_embedding(con, request.embedding_model, request.embedding)
             if vector is not None:
                 con.execute(
                     INSERT_EMBEDDING,
                     {
-                        "user_id": state["user_id"],
-                        "node_id": state["id"],
+                        "user_id": node.user_id,
+                        "node_id": node.id,
                         "model_id": request.embedding_model,
                         "embedding": vector.tolist(),
                         "now": now,
                     },
                 )
-            return _node(state)
+            return node
+
+        return self.run(work)
+
+    def add_nodes(self, request: AddNodes) -> list[Node]:
+        """prme.add_nodes (sql/postgres/085_add_nodes.sql): every item checked first, then one
+        transaction; an item whose node_id is stored with the same content, scope, namespace and
+        kind is a replay."""
+        user_id = valid_user_id(request.user_id)
+        if len(request.items) > MAX_BATCH_ITEMS:
+            raise InvalidInput(f"items must hold at most {MAX_BATCH_ITEMS} memories")
+        checked = []
+        seen: dict[UUID, int] = {}
+        for index, item in enumerate(request.items):
+            try:
+                params = _node_params(item, user_id)
+                created_at = valid_timestamp("created_at", item.created_at)
+                if item.node_id is not None and seen.setdefault(item.node_id, index) != index:
+                    raise InvalidInput("node_id repeats another item's")
+            except InvalidInput as exc:
+                raise InvalidInput(f"items[{index}]: {exc}") from None
+            checked.append((params, item.node_id, created_at))
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[Node]:
+            now = self._clock()
+            nodes = []
+            for index, (params, node_id, created_at) in enumerate(checked):
+                if created_at is not None and created_at > now:
+                    raise InvalidInput(f"items[{index}]: created_at must not be in the future (got {created_at})")
+                if node_id is not None:
+                    rows = _fetch_dicts(con.execute(GET_NODE, {"user_id": user_id, "node_id": node_id}))
+                    if rows:
+                        stored = _node(rows[0])
+                        same = (stored.content, stored.scope, stored.namespace, stored.kind) == (
+                            params["content"],
+                            params["scope"],
+                            params["namespace"],
+                            params["kind"],
+                        )
+                        if not same:
+                            raise IdempotencyConflict(
+                                f"items[{index}]: a node with this node_id already exists with other content, "
+                                f"scope, namespace or kind (node_id {node_id})"
+                            )
+                        nodes.append(_node(rows[0], replayed=True))
+                        continue
+                nodes.append(self._create(con, params, node_id, now, created_at or now))
+            return nodes
 
         return self.run(work)
 
