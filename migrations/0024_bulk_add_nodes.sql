@@ -8,7 +8,9 @@
 -- all or nothing: a bad item raises PR422 (a taken node_id PR409) whose message starts with
 -- items[N], and nothing is written. An item whose node_id the owner has with the same
 -- content, scope, namespace and kind is a replay: answered from the stored node, nothing
--- written, so a retried batch or a resumed import writes only what is missing.
+-- written, so a retried batch or a resumed import writes only what is missing. An item may
+-- carry its content's vector (embedding_model, its numbers in the batch's flat embeddings
+-- real[]), stored as add_node's embedding (0022) with the same checks.
 -- See docs/IMPORT.md. No existing function, table or index changes.
 --
 -- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0024_bulk_add_nodes.sql
@@ -18,7 +20,7 @@ SET LOCAL ROLE prme_owner;
 
 -- >>> sql/postgres/085_add_nodes.sql
 
-CREATE FUNCTION prme.add_nodes(user_id text, items jsonb)
+CREATE FUNCTION prme.add_nodes(user_id text, items jsonb, embeddings real[] DEFAULT NULL)
 RETURNS SETOF prme.node_view
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -44,6 +46,16 @@ DECLARE
     v_message text;
     v_detail text;
     v_state text;
+    v_dimensions jsonb := '{}'::jsonb;  -- model id -> dimensions, looked up once per batch
+    v_count integer;
+    v_offset integer := 0;
+    v_span_items integer[];  -- every item with a vector, and where its numbers start
+    v_span_offsets integer[];
+    v_vector_ids uuid[];
+    v_vector_models text[];
+    v_vector_offsets integer[];
+    v_vector_counts integer[];
+    v_bad_position integer;
 BEGIN
     IF items IS NULL OR jsonb_typeof(items) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'items must be a JSON array of memories';
@@ -65,14 +77,16 @@ BEGIN
                 WHEN jsonb_typeof(e.item) <> 'object' THEN 'must be a JSON object'
                 WHEN e.item - ARRAY[
                     'content', 'scope', 'namespace', 'kind', 'confidence_base', 'salience_base', 'stability',
-                    'decay_profile', 'next_review_at', 'node_id', 'created_at'
+                    'decay_profile', 'next_review_at', 'node_id', 'created_at', 'embedding_model',
+                    'embedding_dimensions'
                 ] <> '{}'::jsonb
                     THEN format(
                         'unknown field %s', (
                             SELECT min(k.key) FROM jsonb_object_keys(
                                 e.item - ARRAY[
                                     'content', 'scope', 'namespace', 'kind', 'confidence_base', 'salience_base',
-                                    'stability', 'decay_profile', 'next_review_at', 'node_id', 'created_at'
+                                    'stability', 'decay_profile', 'next_review_at', 'node_id', 'created_at',
+                                    'embedding_model', 'embedding_dimensions'
                                 ]
                             ) AS k (key)
                         )
@@ -81,13 +95,15 @@ BEGIN
                     THEN 'confidence_base must be a number'
                 WHEN jsonb_typeof(e.item -> 'salience_base') NOT IN ('number', 'null')
                     THEN 'salience_base must be a number'
+                WHEN jsonb_typeof(e.item -> 'embedding_dimensions') NOT IN ('number', 'null')
+                    THEN 'embedding_dimensions must be a number'
                 WHEN EXISTS (
                     SELECT FROM jsonb_each(e.item) AS f
-                    WHERE f.key NOT IN ('confidence_base', 'salience_base') AND jsonb_typeof(f.value) NOT IN ('string', 'null')
+                    WHERE f.key NOT IN ('confidence_base', 'salience_base', 'embedding_dimensions') AND jsonb_typeof(f.value) NOT IN ('string', 'null')
                 )
                     THEN (
                         SELECT format('%s must be a string', min(f.key)) FROM jsonb_each(e.item) AS f
-                        WHERE f.key NOT IN ('confidence_base', 'salience_base') AND jsonb_typeof(f.value) NOT IN ('string', 'null')
+                        WHERE f.key NOT IN ('confidence_base', 'salience_base', 'embedding_dimensions') AND jsonb_typeof(f.value) NOT IN ('string', 'null')
                     )
                 WHEN e.item ->> 'node_id' !~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
                     THEN 'node_id must be a UUID'
@@ -102,6 +118,10 @@ BEGIN
     LIMIT 1;
     IF v_bad IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = format('items[%s]: %s', v_bad, v_problem);
+    END IF;
+
+    IF cardinality(embeddings) > 0 AND (array_ndims(embeddings) <> 1 OR array_lower(embeddings, 1) <> 1) THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'embeddings must be a one-dimensional array from 1';
     END IF;
 
     -- The node ids this owner has already: those items are replays (or conflicts).
@@ -120,11 +140,12 @@ BEGIN
         FOR v_item IN
             SELECT
                 x.content, x.scope, x.namespace, x.kind, x.confidence_base, x.salience_base, x.stability,
-                x.decay_profile, x.next_review_at, x.node_id, x.created_at
+                x.decay_profile, x.next_review_at, x.node_id, x.created_at, x.embedding_model,
+                x.embedding_dimensions
             FROM jsonb_to_recordset(items) AS x (  -- in the array's order
                 content text, scope text, namespace text, kind text, confidence_base numeric,
                 salience_base numeric, stability text, decay_profile text, next_review_at text, node_id uuid,
-                created_at text
+                created_at text, embedding_model text, embedding_dimensions integer
             )
         LOOP
             v_index := v_index + 1;
@@ -173,6 +194,43 @@ BEGIN
             END IF;
             v_node.updated_at := v_now;
             v_node.version := 1;
+            -- The item's vector: the next dimensions numbers of embeddings (add_node's rules,
+            -- prme._valid_embedding's messages; finiteness is checked once, below).
+            v_count := NULL;
+            IF v_item.embedding_model IS NOT NULL THEN
+                IF NOT v_dimensions ? v_item.embedding_model THEN
+                    v_dimensions := v_dimensions || jsonb_build_object(
+                        v_item.embedding_model, (
+                            SELECT m.dimensions FROM prme.embedding_models AS m
+                            WHERE m.user_id = '*' AND m.model_id = v_item.embedding_model
+                        )
+                    );
+                END IF;
+                v_count := (v_dimensions ->> v_item.embedding_model)::integer;
+                IF v_count IS NULL THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = 'PR422',
+                        MESSAGE = format('unknown embedding model %s', quote_literal(left(v_item.embedding_model, 200))),
+                        HINT = 'register it first with prme.register_embedding_model(model_id, dimensions)';
+                END IF;
+                -- embedding_dimensions, when given, is how many numbers the item's vector has.
+                IF v_item.embedding_dimensions <> v_count THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = 'PR422',
+                        MESSAGE = format(
+                            'embedding must have %s dimensions for model %s', v_count, quote_literal(v_item.embedding_model)
+                        ),
+                        DETAIL = format('got %s', v_item.embedding_dimensions);
+                END IF;
+                IF coalesce(cardinality(embeddings), 0) < v_offset + v_count THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = 'PR422',
+                        MESSAGE = format(
+                            'embedding must have %s dimensions for model %s', v_count, quote_literal(v_item.embedding_model)
+                        ),
+                        DETAIL = format('embeddings holds %s more numbers', coalesce(cardinality(embeddings), 0) - v_offset);
+                END IF;
+            END IF;
 
             IF v_node.id = any(v_existing) THEN
                 SELECT n.* INTO v_stored FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = v_node.id;
@@ -183,7 +241,7 @@ BEGIN
                         MESSAGE = 'a node with this node_id already exists with other content, scope, namespace or kind',
                         DETAIL = format('node_id %s', v_node.id);
                 END IF;
-                v_results[v_index] := prme._node_view(v_stored, TRUE);
+                v_results[v_index] := prme._node_view(v_stored, TRUE);  -- its vector too is not written
             ELSE
                 v_entry := prme._journal_entry('create', NULL, gen_random_uuid(), NULL, NULL, NULL, v_node);
                 v_node.last_checksum := v_entry.checksum;
@@ -193,8 +251,36 @@ BEGIN
                 v_nodes[v_written] := v_node;
                 v_entries[v_written] := v_entry;
                 v_results[v_index] := prme._node_view(v_node, FALSE);
+                IF v_count IS NOT NULL THEN
+                    v_vector_ids[coalesce(cardinality(v_vector_ids), 0) + 1] := v_node.id;
+                    v_vector_models[coalesce(cardinality(v_vector_models), 0) + 1] := v_item.embedding_model;
+                    v_vector_offsets[coalesce(cardinality(v_vector_offsets), 0) + 1] := v_offset;
+                    v_vector_counts[coalesce(cardinality(v_vector_counts), 0) + 1] := v_count;
+                END IF;
+            END IF;
+            IF v_count IS NOT NULL THEN
+                v_span_items[coalesce(cardinality(v_span_items), 0) + 1] := v_index;
+                v_span_offsets[coalesce(cardinality(v_span_offsets), 0) + 1] := v_offset;
+                v_offset := v_offset + v_count;
             END IF;
         END LOOP;
+        -- Finite numbers only, in one pass over the batch's numbers (NaN and infinity equal
+        -- themselves in PostgreSQL's float order); the first bad one names its item.
+        IF embeddings IS NOT NULL THEN
+            SELECT min(p.position) INTO v_bad_position
+            FROM unnest(ARRAY[
+                array_position(embeddings, NULL), array_position(embeddings, 'NaN'::real),
+                array_position(embeddings, 'Infinity'::real), array_position(embeddings, '-Infinity'::real)
+            ]) AS p (position);
+            IF v_bad_position <= v_offset THEN
+                v_index := (
+                    SELECT v.item FROM unnest(v_span_items, v_span_offsets) AS v (item, first)
+                    WHERE v.first < v_bad_position ORDER BY v.first DESC LIMIT 1
+                );
+                RAISE EXCEPTION USING
+                    ERRCODE = 'PR422', MESSAGE = 'embedding must hold finite numbers (no NULL, NaN or infinity)';
+            END IF;
+        END IF;
     EXCEPTION WHEN SQLSTATE 'PR422' OR SQLSTATE 'PR409' OR data_exception THEN
         GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT, v_detail = PG_EXCEPTION_DETAIL, v_state = RETURNED_SQLSTATE;
         RAISE EXCEPTION USING
@@ -202,6 +288,13 @@ BEGIN
             MESSAGE = format('items[%s]: %s', v_index, v_message),
             DETAIL = v_detail;
     END;
+
+    IF coalesce(cardinality(embeddings), 0) <> v_offset THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'embeddings must hold exactly the numbers of the items'' vectors',
+            DETAIL = format('got %s numbers, the items'' embedding models take %s', cardinality(embeddings), v_offset);
+    END IF;
 
     -- The search vector is computed once, at creation, as add_node does.
     INSERT INTO prme.nodes (
@@ -228,19 +321,25 @@ BEGIN
             ERRCODE = 'PR409', MESSAGE = 'a concurrent call created one of these node_ids: retry the batch';
     END IF;
     INSERT INTO prme.journal SELECT e.* FROM unnest(v_entries) AS e;
+    INSERT INTO prme.node_embeddings (user_id, node_id, model_id, embedding)
+    SELECT v_user_id, v.id, v.model_id, embeddings[v.first + 1:v.first + v.dimensions]
+    FROM unnest(v_vector_ids, v_vector_models, v_vector_offsets, v_vector_counts) AS v (id, model_id, first, dimensions);
 
     RETURN QUERY SELECT r.* FROM unnest(v_results) AS r;  -- in item order
 END;
 $$;
 
-COMMENT ON FUNCTION prme.add_nodes(text, jsonb) IS
+COMMENT ON FUNCTION prme.add_nodes(text, jsonb, real[]) IS
 'Creates up to 1000 memories of user_id in one transaction, each exactly as add_node would (its create record '
 'included); items is a JSON array of objects with add_node''s fields (a null or absent field takes its default; '
 'next_review_at ''infinity'' means no schedule) and created_at (an earlier creation time). Returns one row per item, '
 'in order; an item whose node_id exists with the same content, scope, namespace and kind is a replay (replayed, '
-'nothing written). A bad item raises PR422 (a taken node_id PR409) naming it as items[N]; nothing is written.';
+'nothing written). An item''s embedding_model names a registered model; its vector is the next dimensions numbers '
+'of embeddings (one flat real[] for the batch; embedding_dimensions, if given, must be the model''s), stored as '
+'add_node''s embedding. A bad item raises PR422 (a taken '
+'node_id PR409) naming it as items[N]; nothing is written.';
 
-REVOKE ALL ON FUNCTION prme.add_nodes(text, jsonb) FROM public;
-GRANT EXECUTE ON FUNCTION prme.add_nodes(text, jsonb) TO prme_app;
+REVOKE ALL ON FUNCTION prme.add_nodes(text, jsonb, real[]) FROM public;
+GRANT EXECUTE ON FUNCTION prme.add_nodes(text, jsonb, real[]) TO prme_app;
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (24, 'bulk_add_nodes', '2143408410f4e702716adecbd19da9fbaab00031feafd6a42b0313717af3addb');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (24, 'bulk_add_nodes', '35faaba569feb7c789777690d5d5b79d641b10cfff5cda8898660115e735c411');

@@ -286,7 +286,10 @@ class AsyncMemoryClient:
 
     async def add_nodes(self, items: Iterable[Mapping[str, Any] | NodeItem], *, user_id: str) -> list[Node]:
         """Create up to 1000 memories in one transaction (see :meth:`MemoryClient.add_nodes`)."""
-        return await self._backend.execute(add_nodes_request(items, user_id))
+        embedder = await self._registered_embedder()
+        # The model runs once for the batch, in a thread, off the event loop.
+        request = await asyncio.to_thread(add_nodes_request, items, user_id, embedder)
+        return await self._backend.execute(request)
 
     async def add_event(
         self,

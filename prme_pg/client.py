@@ -17,6 +17,7 @@ engine validates everything else, with the same rules on both backends.
 
 from __future__ import annotations
 
+import dataclasses
 import fractions
 import hashlib
 import logging
@@ -215,13 +216,15 @@ NODE_ITEM_FIELDS = frozenset(
         "next_review_at",
         "node_id",
         "created_at",
+        "embedding",
     }
 )
 
 
-def node_item(item: Mapping[str, Any] | NodeItem) -> NodeItem:
+def node_item(item: Mapping[str, Any] | NodeItem, embedder: Embedder | None = None) -> NodeItem:
     """One memory of a batch: a NodeItem as is, or a mapping with add_node's keyword
-    arguments (and ``created_at``), absent ones taking add_node's defaults."""
+    arguments (and ``created_at``), absent ones taking add_node's defaults; its ``embedding``,
+    as add_node's, is a vector by ``embedder``'s model (checked here: dimensions, finite)."""
     if isinstance(item, NodeItem):
         return item
     if not isinstance(item, Mapping):
@@ -247,6 +250,11 @@ def node_item(item: Mapping[str, Any] | NodeItem) -> NodeItem:
     for name in ("confidence_base", "salience_base"):
         if not getattr(request, name).is_finite():
             raise InvalidInput(f"{name} must be a finite number")
+    vector, model = None, None
+    if item.get("embedding") is not None:
+        if embedder is None:
+            raise no_embedder("embedding")
+        vector, model = check_vector(item["embedding"], embedder.dimensions), embedder.model_id
     return NodeItem(
         content=request.content,
         scope=request.scope,
@@ -259,19 +267,40 @@ def node_item(item: Mapping[str, Any] | NodeItem) -> NodeItem:
         next_review_at=request.next_review_at,
         node_id=request.node_id,
         created_at=parse_time("created_at", item.get("created_at")),
+        embedding=vector,
+        embedding_model=model,
     )
 
 
-def add_nodes_request(items: Iterable[Mapping[str, Any] | NodeItem], user_id: str) -> AddNodes:
-    """The batch request; a bad item is InvalidInput naming it (``items[3]: ...``), before any I/O."""
+def add_nodes_request(
+    items: Iterable[Mapping[str, Any] | NodeItem], user_id: str, embedder: Embedder | None = None
+) -> AddNodes:
+    """The batch request; a bad item is InvalidInput naming it (``items[3]: ...``), before any I/O.
+    With ``embedder``, every item without a vector gets its content's, all of them from ONE
+    ``embed_texts`` call (the model runs once per batch, not once per memory)."""
     parsed: list[NodeItem] = []
     for index, item in enumerate(items):
         if index >= MAX_BATCH_ITEMS:
             raise InvalidInput(f"items must hold at most {MAX_BATCH_ITEMS} memories")
         try:
-            parsed.append(node_item(item))
+            parsed.append(node_item(item, embedder))
         except InvalidInput as exc:
             raise InvalidInput(f"items[{index}]: {exc}") from None
+    if embedder is not None:
+        # As add_node: content the engine refuses (not text, too long) gets no vector, and
+        # the engine answers it with its own message, naming the item.
+        missing = [
+            index
+            for index, item in enumerate(parsed)
+            if item.embedding is None
+            and isinstance(item.content, str)
+            and len(item.content.encode("utf-8", "surrogatepass")) <= MAX_TEXT_BYTES
+        ]
+        vectors = embed_texts(embedder, [parsed[index].content for index in missing])
+        for row, index in enumerate(missing):
+            parsed[index] = dataclasses.replace(
+                parsed[index], embedding=vectors[row], embedding_model=embedder.model_id
+            )
     return AddNodes(user_id=user_id, items=tuple(parsed))
 
 
@@ -784,8 +813,10 @@ class MemoryClient:
         node per item, in order; an item whose ``node_id`` is stored already with the same
         content, scope, namespace and kind is ``replayed`` (nothing written), so a retried batch
         writes only what is missing. A bad item raises InvalidInput (a taken node_id
-        IdempotencyConflict) whose message starts with ``items[N]``. See docs/IMPORT.md."""
-        return self._backend.execute(add_nodes_request(items, user_id))
+        IdempotencyConflict) whose message starts with ``items[N]``. As add_node, the client's
+        embedder embeds each item's content (an item's ``embedding``, a vector by that model, is
+        stored as given), the whole batch in one call of the model. See docs/IMPORT.md."""
+        return self._backend.execute(add_nodes_request(items, user_id, self._registered_embedder()))
 
     def add_event(
         self,

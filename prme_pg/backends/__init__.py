@@ -143,8 +143,8 @@ MAX_BATCH_ITEMS = 1000
 
 @dataclass(frozen=True, slots=True)
 class NodeItem:
-    """One memory of an :class:`AddNodes` batch: AddNode's fields, and ``created_at``, the
-    time it was first made elsewhere (an import; None: now)."""
+    """One memory of an :class:`AddNodes` batch: AddNode's fields (its vector too), and
+    ``created_at``, the time it was first made elsewhere (an import; None: now)."""
 
     content: str
     scope: str
@@ -157,6 +157,9 @@ class NodeItem:
     next_review_at: datetime | ReviewSchedule | None
     node_id: UUID | None
     created_at: datetime | None
+    # The content's vector by embedding_model (add_node's rules; derived state, not journaled).
+    embedding: Vector | None = field(default=None, hash=False, repr=False, compare=False)
+    embedding_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

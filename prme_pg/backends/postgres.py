@@ -206,7 +206,10 @@ ADD_NODE: LiteralString = (
     "embedding_model => %(embedding_model)s::text)"
 )
 # One jsonb array of items (docs/IMPORT.md): one round trip and one transaction per batch.
-ADD_NODES: LiteralString = "SELECT * FROM prme.add_nodes(user_id => %(user_id)s, items => %(items)s)"
+# The items' vectors go as one flat real[] in binary, each item naming its model (docs/IMPORT.md).
+ADD_NODES: LiteralString = (
+    "SELECT * FROM prme.add_nodes(user_id => %(user_id)s, items => %(items)s, embeddings => %(embeddings)s::real[])"
+)
 ADD_EVENT: LiteralString = (
     "SELECT * FROM prme.add_event(user_id => %(user_id)s, content => %(content)s, scope => %(scope)s, "
     "namespace => %(namespace)s, kind => %(kind)s, payload => %(payload)s, occurred_at => %(occurred_at)s, "
@@ -746,7 +749,21 @@ def node_item_json(item: NodeItem) -> dict[str, Any]:
         doc["node_id"] = str(item.node_id)
     if item.created_at is not None:
         doc["created_at"] = _time_text(item.created_at)
+    if item.embedding is not None:
+        doc["embedding_model"] = item.embedding_model
+        doc["embedding_dimensions"] = int(np.size(item.embedding))  # a wrong size names this item
     return doc
+
+
+def batch_embeddings(items: Sequence[NodeItem]) -> Float4Array | None:
+    """prme.add_nodes' embeddings: the items' vectors end to end, in item order (None: none)."""
+    vectors = []
+    for index, item in enumerate(items):
+        if item.embedding is not None:
+            if item.embedding_model is None:
+                raise InvalidInput(f"items[{index}]: an embedding needs its embedding_model")
+            vectors.append(np.asarray(item.embedding, dtype=np.float32).ravel())
+    return Float4Array(np.concatenate(vectors)) if vectors else None
 
 
 def _all(rows: list[Any]) -> list[Any]:
@@ -819,6 +836,7 @@ def statement(request: Request[T]) -> Call[T]:
                 {
                     "user_id": request.user_id,
                     "items": Jsonb([node_item_json(item) for item in request.items], dumps=_json_dumps),
+                    "embeddings": batch_embeddings(request.items),
                 },
                 node_row,
                 _all,

@@ -8,6 +8,7 @@ from uuid import UUID
 
 import duckdb
 
+from ...embeddings import Vector
 from ...errors import IdempotencyConflict, InvalidInput, NotFoundError
 from ...models import (
     Event,
@@ -184,6 +185,23 @@ class NodeOperations(PackConnection):
         _append_record(con, state, "create", operation_id, record, checksum, prev_checksum=None)
         return _node(state)
 
+    @staticmethod
+    def _store_vector(
+        con: duckdb.DuckDBPyConnection, node: Node, model_id: str | None, vector: Vector | None, now: Any
+    ) -> None:
+        """The memory's vector by model_id beside it (derived state, not journaled); None: none."""
+        if vector is not None:
+            con.execute(
+                INSERT_EMBEDDING,
+                {
+                    "user_id": node.user_id,
+                    "node_id": node.id,
+                    "model_id": model_id,
+                    "embedding": vector.tolist(),
+                    "now": now,
+                },
+            )
+
     def add_node(self, request: AddNode) -> Node:
         params = _node_params(request, valid_user_id(request.user_id))
 
@@ -191,17 +209,7 @@ class NodeOperations(PackConnection):
             now = self._clock()
             node = self._create(con, params, request.node_id, now, now)
             vector = valid_embedding(con, request.embedding_model, request.embedding)
-            if vector is not None:
-                con.execute(
-                    INSERT_EMBEDDING,
-                    {
-                        "user_id": node.user_id,
-                        "node_id": node.id,
-                        "model_id": request.embedding_model,
-                        "embedding": vector.tolist(),
-                        "now": now,
-                    },
-                )
+            self._store_vector(con, node, request.embedding_model, vector, now)
             return node
 
         return self.run(work)
@@ -223,12 +231,12 @@ class NodeOperations(PackConnection):
                     raise InvalidInput("node_id repeats another item's")
             except InvalidInput as exc:
                 raise InvalidInput(f"items[{index}]: {exc}") from None
-            checked.append((params, item.node_id, created_at))
+            checked.append((params, item.node_id, created_at, item))
 
         def work(con: duckdb.DuckDBPyConnection) -> list[Node]:
             now = self._clock()
             nodes = []
-            for index, (params, node_id, created_at) in enumerate(checked):
+            for index, (params, node_id, created_at, item) in enumerate(checked):
                 if created_at is not None and created_at > now:
                     raise InvalidInput(f"items[{index}]: created_at must not be in the future (got {created_at})")
                 if node_id is not None:
@@ -248,7 +256,13 @@ class NodeOperations(PackConnection):
                             )
                         nodes.append(_node(rows[0], replayed=True))
                         continue
-                nodes.append(self._create(con, params, node_id, now, created_at or now))
+                try:
+                    vector = valid_embedding(con, item.embedding_model, item.embedding)
+                except InvalidInput as exc:
+                    raise InvalidInput(f"items[{index}]: {exc}") from None
+                node = self._create(con, params, node_id, now, created_at or now)
+                self._store_vector(con, node, item.embedding_model, vector, now)
+                nodes.append(node)
             return nodes
 
         return self.run(work)
