@@ -13,7 +13,10 @@ format, an external id per line), then imports it with ``prme_pg.bulk.import_lin
 from this machine's binaries with the server defaults (every commit flushed). Reported:
 memories per second (created, end to end: file read, parse, engine), and the process's
 peak RSS growth over the import, for the file and for one five times its size -- the import
-streams, so the second should not be larger. Targets: >= 5,000/s into PostgreSQL.
+streams, so the second should not be larger. The same file is imported into a new memory
+pack too. The client embeds every batch with its default embedder (one model call per
+batch, the vectors stored beside the memories), as ``prme-pg import`` does; ``--no-embedder``
+measures words only. Targets: >= 5,000/s into PostgreSQL, >= 2,000/s into a pack.
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_import(target: str, path: Path) -> dict[str, float]:
-    with MemoryClient(target, max_size=1) as memory, path.open("rb") as stream:
+def run_import(target: str | Path, path: Path, embedder: bool = True) -> dict[str, float]:
+    options: dict[str, object] = {} if isinstance(target, Path) else {"max_size": 1}
+    options["embedder"] = None if embedder else False
+    with MemoryClient(target, **options) as memory, path.open("rb") as stream:  # type: ignore[arg-type]
         started = time.perf_counter()
         summary = import_lines(memory, read_lines(stream))
         seconds = time.perf_counter() - started
@@ -57,8 +62,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-embedder", action="store_true", help="words only: no vectors")
+    parser.add_argument("--pack-only", action="store_true", help="only the memory pack import")
     args = parser.parse_args()
+    embed = not args.no_embedder
     results: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        for owners in (1, 100):
+            path = Path(folder) / f"bench-{owners}.jsonl"
+            write_file(path, args.count, owners)
+            result = run_import(Path(folder) / f"pack-{owners}", path, embed)
+            results.append({"engine": "pack", "owners": owners, "memories": args.count, "embedder": embed, **result})
+    if args.pack_only:
+        for row in results:
+            print(json.dumps(row) if args.json else "  ".join(f"{key}={value}" for key, value in row.items()))
+        return 0
     cluster = testing.PostgresCluster.create()
     server = testing.Server(cluster.dsn, cluster)
     try:
@@ -68,8 +86,10 @@ def main() -> int:
                 write_file(path, args.count, owners)
                 name = testing.create_database(server, prefix="prme_bulk_bench")
                 testing.install_schema(server.dsn_for(name))
-                result = run_import(server.dsn_for(name), path)
-                results.append({"engine": "postgres", "owners": owners, "memories": args.count, **result})
+                result = run_import(server.dsn_for(name), path, embed)
+                results.append(
+                    {"engine": "postgres", "owners": owners, "memories": args.count, "embedder": embed, **result}
+                )
             # Memory: the same import of a file five times larger must not need more memory.
             small, large = Path(folder) / "small.jsonl", Path(folder) / "large.jsonl"
             write_file(small, args.count, 100)
@@ -79,7 +99,7 @@ def main() -> int:
                 name = testing.create_database(server, prefix="prme_bulk_bench")
                 testing.install_schema(server.dsn_for(name))
                 before = peak_rss_mb()
-                run_import(server.dsn_for(name), path)
+                run_import(server.dsn_for(name), path, embed)
                 growth.append(round(peak_rss_mb() - before, 1))
             results.append(
                 {"engine": "postgres", "rss_growth_mb": {"file": growth[0], "file_x5": growth[1]}, "lines": args.count}
