@@ -211,7 +211,8 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
     try:
         client_path, client_nodes = _new_pack(root, "client")
         raw_path, raw_nodes = _new_pack(root, "raw")
-        memory = MemoryClient(client_path)
+        # Words only: the comparisons are of the engine's writes, not of the embedder.
+        memory = MemoryClient(client_path, embedder=False)
         con = duckdb.connect(str(raw_path / PACK_FILE))
         turn = iter(range(1 << 62))
 
@@ -293,6 +294,18 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
         by_hand = _by_hand(con, raw_nodes)
         # Issue 15, item 4: the pack's confirmation at >= 0.5x the same rows written by hand.
         results.append(compare("DuckDB pack reinforce vs by hand", by_hand, client_fresh, rounds, seconds, target=0.5))
+        # Issue 35, item 4: the pack's add_node at >= 0.5x the same rows written by hand.
+        count = iter(range(1 << 62))
+        results.append(
+            compare(
+                "DuckDB pack add_node vs by hand",
+                _add_node_by_hand(con),
+                lambda: memory.add_node(f"memory {next(count)} about editors, tabs and habits", user_id=USER),
+                rounds,
+                seconds,
+                target=0.5,
+            )
+        )
         memory.close()
         con.close()
         return results
@@ -358,6 +371,54 @@ def _by_hand(con: duckdb.DuckDBPyConnection, nodes: list[uuid.UUID]) -> Callable
         con.execute(
             "INSERT INTO prme.journal VALUES (?, ?, ?, 2, 'reinforce', ?, ?, NULL, ?, ?, ?, ?, ?)",
             [USER, node_id, version + 1, uuid.uuid4(), request_id, record, checksum, last_checksum, now, namespace],
+        )
+        con.execute("COMMIT")
+
+    return call
+
+
+def _add_node_by_hand(con: duckdb.DuckDBPyConnection) -> Callable[[], None]:
+    """add_node's rows written by hand, as a user would without prme: the node row, its words
+    (lowercased, split on spaces) and a create record of the same size in Python (sorted JSON,
+    sha256), one INSERT each, then COMMIT. No validation, no settings lookup, no rules engine."""
+    turn = iter(range(1 << 62))
+
+    def call() -> None:
+        node_id, operation_id, now = uuid.uuid4(), uuid.uuid4(), _now()
+        content = f"memory {next(turn)} about editors, tabs and habits"
+        review = (now + timedelta(days=7)).isoformat()
+        state = {
+            "confidence_base": "0.5", "content": content, "created_at": now.isoformat(), "decay_profile": "medium",
+            "evidence_refs": [], "id": str(node_id), "kind": "fact", "last_reinforced_at": None,
+            "lifecycle_state": "active", "namespace": "default", "next_review_at": review,
+            "reinforcement_boost": "0", "salience_base": "0.5", "scope": "personal", "stability": "low",
+            "updated_at": now.isoformat(), "user_id": USER, "version": 1,
+        }  # fmt: skip
+        record = json.dumps(
+            {
+                "after": state, "before": None, "evidence_id": None, "node_id": str(node_id), "op": "create",
+                "operation_id": str(operation_id), "policy": None, "prev_checksum": None,
+                "recorded_at": now.isoformat(), "request_id": None, "user_id": USER, "version": 2,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )  # fmt: skip
+        checksum = hashlib.sha256(record.encode()).hexdigest()
+        con.execute("BEGIN TRANSACTION")
+        con.execute(
+            "INSERT INTO prme.nodes (id, user_id, namespace, scope, kind, content, confidence_base, salience_base, "
+            "reinforcement_boost, last_reinforced_at, evidence_refs, stability, next_review_at, lifecycle_state, "
+            "decay_profile, created_at, updated_at, version, last_checksum) "
+            "VALUES (?, ?, 'default', 'personal', 'fact', ?, 0.5, 0.5, 0, NULL, [], 'low', ?, 'active', 'medium', "
+            "?, ?, 1, ?)",
+            [node_id, USER, content, now + timedelta(days=7), now, now, checksum],
+        )
+        con.execute(
+            "INSERT INTO prme.node_words SELECT ?, ?, unnest(string_split(lower(?), ' '))", [USER, node_id, content]
+        )
+        con.execute(
+            "INSERT INTO prme.journal VALUES (?, ?, 1, 2, 'create', ?, NULL, NULL, ?, ?, NULL, ?, NULL)",
+            [USER, node_id, operation_id, record, checksum, now],
         )
         con.execute("COMMIT")
 

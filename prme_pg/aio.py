@@ -48,6 +48,7 @@ from .backends import (
     ListCorrectionInbox,
     ListNodeEvidence,
     ListNodeOutcomes,
+    NodeItem,
     PublishSnapshot,
     ReplayNode,
     ResetMaintenanceSettings,
@@ -62,6 +63,7 @@ from .client import (
     Target,
     add_event_request,
     add_node_request,
+    add_nodes_request,
     apply_patch_request,
     assemble_prompt_request,
     check_pack_options,
@@ -292,6 +294,13 @@ class AsyncMemoryClient:
             return None, None
         vector = await asyncio.to_thread(self._embeddings.content_vector, embedder, content, embedding)
         return vector, None if vector is None else embedder.model_id
+
+    async def add_nodes(self, items: Iterable[Mapping[str, Any] | NodeItem], *, user_id: str) -> list[Node]:
+        """Create up to 1000 memories in one transaction (see :meth:`MemoryClient.add_nodes`)."""
+        embedder = await self._registered_embedder()
+        # The model runs once for the batch, in a thread, off the event loop.
+        request = await asyncio.to_thread(add_nodes_request, items, user_id, embedder)
+        return await self._backend.execute(request)
 
     async def add_event(
         self,

@@ -1477,6 +1477,106 @@ def cmd_journal_verify(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILURE if findings else EXIT_OK
 
 
+# -- import and export: JSON Lines of memories (docs/IMPORT.md) ------------------------
+
+
+class _CountingReader:
+    """A binary stream that counts the bytes read, for the progress bar."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.read_bytes = 0
+
+    def readline(self, limit: int = -1, /) -> bytes:
+        line: bytes = self.stream.readline(limit)
+        self.read_bytes += len(line)
+        return line
+
+
+def cmd_import(args: argparse.Namespace, console: Console) -> int:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .bulk import ImportSummary, import_lines, read_lines
+
+    err = Console(stderr=True)
+    if args.file == "-":
+        stream: Any = sys.stdin.buffer
+        total = None
+    else:
+        stream = Path(args.file).open("rb")  # noqa: SIM115 -- closed below
+        total = os.fstat(stream.fileno()).st_size
+    reader = _CountingReader(stream)
+    bar = Progress(
+        TextColumn("importing"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[memories]} memories"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=args.json or not err.is_terminal,
+    )
+    task = bar.add_task("import", total=total, memories=0)
+    reported = 0
+
+    def on_progress(summary: ImportSummary) -> None:
+        nonlocal reported
+        for skipped in summary.skipped[reported:]:  # never silently: each skipped line, as it happens
+            if not args.json:
+                _error_line("skipped", f"line {skipped['line']}: {skipped['error']}")
+        reported = len(summary.skipped)
+        bar.update(task, completed=reader.read_bytes, memories=summary.created + summary.replayed)
+
+    try:
+        with bar, _client(args) as memory:
+            summary = import_lines(
+                memory,
+                read_lines(reader),
+                format=args.format,
+                default_user=args.user,
+                skip_invalid=args.skip_invalid,
+                batch_size=args.batch_size,
+                on_progress=on_progress,
+            )
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    if args.json:
+        _print_json(summary.to_document())
+    else:
+        document = summary.to_document()
+        console.print(
+            f"{summary.lines} line(s): {summary.created} memories created, {summary.replayed} already there, "
+            f"{len(summary.skipped)} skipped, for {document['owners']} owner(s) in {summary.seconds:.1f} s",
+            markup=False,
+            highlight=False,
+        )
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from .bulk import export_lines
+
+    output = None if args.output == "-" else Path(args.output)
+    if output is not None and output.exists():
+        raise PrmeError(f"{output} exists: choose another file")
+    count = 0
+    with _client(args) as memory:
+        lines = export_lines(memory, args.user, include_archived=args.include_archived, journal=not args.no_journal)
+        with contextlib.ExitStack() as stack:
+            out = sys.stdout if output is None else stack.enter_context(output.open("x", encoding="utf-8"))
+            for line in lines:
+                out.write(line + "\n")
+                count += 1
+    summary = {"user_id": args.user, "memories": count, "output": args.output}
+    if output is None:  # the lines went to standard output: the summary goes to standard error
+        Console(stderr=True).print(f"exported {count} memories of {args.user}", markup=False, highlight=False)
+    elif args.json:
+        _print_json(summary)
+    else:
+        console.print(f"exported {count} memories of {args.user} to {output}", markup=False, highlight=False)
+    return EXIT_OK
+
+
 # -- shard: the PL/Proxy tier (docs/SCALING.md) ----------------------------------------
 
 
@@ -1962,6 +2062,33 @@ def build_parser() -> argparse.ArgumentParser:
     journal_sub.choices["verify"].add_argument(
         "--against", default=None, metavar="FILE", help="a head written by prme-pg journal head (default: none)"
     )
+    for name, help_text, handler in (
+        ("import", "Import memories from JSON Lines (prme's own, LangGraph store items, mem0 exports).", cmd_import),
+        ("export", "Export one owner's memories as JSON Lines, each with its state and journal.", cmd_export),
+    ):
+        command = add(name, help_text, handler)
+        add_dsn(command)
+        command.add_argument("--pack", default=None, help="a memory pack folder instead of a database (default: none)")
+    bulk_import, bulk_export = sub.choices["import"], sub.choices["export"]
+    bulk_import.add_argument("file", metavar="FILE", help="a JSON Lines file, or - for standard input")
+    _add_user(bulk_import, required=False, help_text="the owner of lines without a user_id (default: none)")
+    bulk_import.add_argument(
+        "--format", choices=["prme", "langgraph", "mem0"], default="prme", help="what each line is (docs/IMPORT.md)"
+    )
+    bulk_import.add_argument(
+        "--skip-invalid", action="store_true", help="report a bad line and go on, instead of stopping at it"
+    )
+    bulk_import.add_argument(
+        "--batch-size", type=_between(1, 1000), default=1000, help="memories per transaction (1 to 1000)"
+    )
+    _add_user(bulk_export)
+    bulk_export.add_argument(
+        "--output", default="-", metavar="FILE", help="write to FILE, never overwritten (default: standard output)"
+    )
+    bulk_export.add_argument(
+        "--include-archived", action="store_true", help="archived memories too (an import makes them active)"
+    )
+    bulk_export.add_argument("--no-journal", action="store_true", help="leave each memory's journal out")
     return parser
 
 

@@ -38,8 +38,10 @@ import rfc8785
 from psycopg_pool import ConnectionPool
 
 from .backends import (
+    MAX_BATCH_ITEMS,
     AddEvent,
     AddNode,
+    AddNodes,
     ApplyPatch,
     ArchiveNode,
     AssemblePrompt,
@@ -68,6 +70,7 @@ from .backends import (
     ListNodes,
     ListOperationEvents,
     MarkReviewed,
+    NodeItem,
     PublishSnapshot,
     Recall,
     RecordOutcome,
@@ -198,6 +201,108 @@ def add_node_request(
         embedding=embedding,
         embedding_model=embedding_model,
     )
+
+
+#: The fields of one memory of an add_nodes batch: add_node's arguments and created_at.
+NODE_ITEM_FIELDS = frozenset(
+    {
+        "content",
+        "scope",
+        "namespace",
+        "kind",
+        "confidence_base",
+        "salience_base",
+        "stability",
+        "decay_profile",
+        "next_review_at",
+        "node_id",
+        "created_at",
+        "embedding",
+    }
+)
+
+
+def node_item(item: Mapping[str, Any] | NodeItem, embedder: Embedder | None = None) -> NodeItem:
+    """One memory of a batch: a NodeItem as is, or a mapping with add_node's keyword
+    arguments (and ``created_at``), absent ones taking add_node's defaults; its ``embedding``,
+    as add_node's, is a vector by ``embedder``'s model (checked here: dimensions, finite)."""
+    if isinstance(item, NodeItem):
+        return item
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"must be a mapping of add_node's arguments, got {type(item).__name__}")
+    unknown = sorted(set(item) - NODE_ITEM_FIELDS)
+    if unknown:
+        raise InvalidInput(f"unknown field {unknown[0]}")
+    if not isinstance(item.get("content"), str):
+        raise InvalidInput("content must be a string")
+    request = add_node_request(
+        item["content"],
+        "-",
+        item.get("scope", "personal"),
+        item.get("namespace", "default"),
+        item.get("kind", "fact"),
+        item.get("confidence_base", Decimal("0.5")),
+        item.get("salience_base", Decimal("0.5")),
+        item.get("stability", "low"),
+        item.get("decay_profile", "medium"),
+        item.get("next_review_at", ReviewSchedule.BY_CADENCE),
+        item.get("node_id"),
+    )
+    for name in ("confidence_base", "salience_base"):
+        if not getattr(request, name).is_finite():
+            raise InvalidInput(f"{name} must be a finite number")
+    vector, model = None, None
+    if item.get("embedding") is not None:
+        if embedder is None:
+            raise no_embedder("embedding")
+        vector, model = check_vector(item["embedding"], embedder.dimensions), embedder.model_id
+    return NodeItem(
+        content=request.content,
+        scope=request.scope,
+        namespace=request.namespace,
+        kind=request.kind,
+        confidence_base=request.confidence_base,
+        salience_base=request.salience_base,
+        stability=request.stability,
+        decay_profile=request.decay_profile,
+        next_review_at=request.next_review_at,
+        node_id=request.node_id,
+        created_at=parse_time("created_at", item.get("created_at")),
+        embedding=vector,
+        embedding_model=model,
+    )
+
+
+def add_nodes_request(
+    items: Iterable[Mapping[str, Any] | NodeItem], user_id: str, embedder: Embedder | None = None
+) -> AddNodes:
+    """The batch request; a bad item is InvalidInput naming it (``items[3]: ...``), before any I/O.
+    With ``embedder``, every item without a vector gets its content's, all of them from ONE
+    ``embed_texts`` call (the model runs once per batch, not once per memory)."""
+    parsed: list[NodeItem] = []
+    for index, item in enumerate(items):
+        if index >= MAX_BATCH_ITEMS:
+            raise InvalidInput(f"items must hold at most {MAX_BATCH_ITEMS} memories")
+        try:
+            parsed.append(node_item(item, embedder))
+        except InvalidInput as exc:
+            raise InvalidInput(f"items[{index}]: {exc}") from None
+    if embedder is not None:
+        # As add_node: content the engine refuses (not text, too long) gets no vector, and
+        # the engine answers it with its own message, naming the item.
+        missing = [
+            index
+            for index, item in enumerate(parsed)
+            if item.embedding is None
+            and isinstance(item.content, str)
+            and len(item.content.encode("utf-8", "surrogatepass")) <= MAX_TEXT_BYTES
+        ]
+        vectors = embed_texts(embedder, [parsed[index].content for index in missing])
+        for row, index in enumerate(missing):
+            parsed[index] = dataclasses.replace(
+                parsed[index], embedding=vectors[row], embedding_model=embedder.model_id
+            )
+    return AddNodes(user_id=user_id, items=tuple(parsed))
 
 
 def add_event_request(
@@ -725,6 +830,18 @@ class MemoryClient:
             return None, None
         vector = self._embeddings.content_vector(embedder, content, embedding)
         return vector, None if vector is None else embedder.model_id
+
+    def add_nodes(self, items: Iterable[Mapping[str, Any] | NodeItem], *, user_id: str) -> list[Node]:
+        """Create up to 1000 memories in one transaction, each exactly as :meth:`add_node` would
+        (its create record included); all or nothing. Each item is a mapping of add_node's
+        keyword arguments, plus ``created_at`` (when it was first made elsewhere). Returns one
+        node per item, in order; an item whose ``node_id`` is stored already with the same
+        content, scope, namespace and kind is ``replayed`` (nothing written), so a retried batch
+        writes only what is missing. A bad item raises InvalidInput (a taken node_id
+        IdempotencyConflict) whose message starts with ``items[N]``. As add_node, the client's
+        embedder embeds each item's content (an item's ``embedding``, a vector by that model, is
+        stored as given), the whole batch in one call of the model. See docs/IMPORT.md."""
+        return self._backend.execute(add_nodes_request(items, user_id, self._registered_embedder()))
 
     def add_event(
         self,

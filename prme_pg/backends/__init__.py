@@ -52,8 +52,10 @@ from ..models import (
 )
 
 __all__ = [
+    "MAX_BATCH_ITEMS",
     "AddEvent",
     "AddNode",
+    "AddNodes",
     "ApplyPatch",
     "ArchiveNode",
     "AssemblePrompt",
@@ -83,6 +85,7 @@ __all__ = [
     "ListNodes",
     "ListOperationEvents",
     "MarkReviewed",
+    "NodeItem",
     "PendingEmbeddings",
     "PublishSnapshot",
     "Recall",
@@ -132,6 +135,40 @@ class AddNode(Request[Node]):
     # The content's vector by embedding_model (derived state beside the memory, not journaled).
     embedding: Vector | None = field(default=None, hash=False, repr=False, compare=False)
     embedding_model: str | None = None
+
+
+#: The most memories one AddNodes request (prme.add_nodes) writes in one transaction.
+MAX_BATCH_ITEMS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class NodeItem:
+    """One memory of an :class:`AddNodes` batch: AddNode's fields (its vector too), and
+    ``created_at``, the time it was first made elsewhere (an import; None: now)."""
+
+    content: str
+    scope: str
+    namespace: str
+    kind: str
+    confidence_base: Decimal
+    salience_base: Decimal
+    stability: str
+    decay_profile: str
+    next_review_at: datetime | ReviewSchedule | None
+    node_id: UUID | None
+    created_at: datetime | None
+    # The content's vector by embedding_model (add_node's rules; derived state, not journaled).
+    embedding: Vector | None = field(default=None, hash=False, repr=False, compare=False)
+    embedding_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AddNodes(Request[list[Node]]):
+    """Up to :data:`MAX_BATCH_ITEMS` memories of user_id in one transaction, all or nothing;
+    one node per item, in order, ``replayed`` for an item whose node_id was already stored."""
+
+    user_id: str
+    items: tuple[NodeItem, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ from ..sqlstate import error_detail, error_message
 from . import (
     AddEvent,
     AddNode,
+    AddNodes,
     ApplyPatch,
     ArchiveNode,
     AssemblePrompt,
@@ -94,6 +95,7 @@ from . import (
     ListNodes,
     ListOperationEvents,
     MarkReviewed,
+    NodeItem,
     PendingEmbeddings,
     PublishSnapshot,
     Recall,
@@ -159,6 +161,7 @@ def _json_dumps(value: object) -> str:
 __all__ = [
     "ADD_EVENT",
     "ADD_NODE",
+    "ADD_NODES",
     "ARCHIVE_NODE",
     "ASSEMBLE_PROMPT",
     "AUTHENTICATE_API_TOKEN",
@@ -201,6 +204,11 @@ ADD_NODE: LiteralString = (
     "salience_base => %(salience_base)s, stability => %(stability)s, decay_profile => %(decay_profile)s, "
     "next_review_at => %(next_review_at)s, node_id => %(node_id)s, embedding => %(embedding)s::real[], "
     "embedding_model => %(embedding_model)s::text)"
+)
+# One jsonb array of items (docs/IMPORT.md): one round trip and one transaction per batch.
+# The items' vectors go as one flat real[] in binary, each item naming its model (docs/IMPORT.md).
+ADD_NODES: LiteralString = (
+    "SELECT * FROM prme.add_nodes(user_id => %(user_id)s, items => %(items)s, embeddings => %(embeddings)s::real[])"
 )
 ADD_EVENT: LiteralString = (
     "SELECT * FROM prme.add_event(user_id => %(user_id)s, content => %(content)s, scope => %(scope)s, "
@@ -704,6 +712,60 @@ def ledger_status_of_shards(rows: list[LedgerStatus]) -> LedgerStatus:
     )
 
 
+def _time_text(value: datetime) -> str:
+    return value.isoformat()
+
+
+def _json_number(value: Decimal) -> int | float:
+    # An integral value as an integer (7, not 7.0, in an error's "got"); else its float,
+    # whose shortest repr is the Decimal's own digits for the 4 decimals a fraction has.
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+def node_item_json(item: NodeItem) -> dict[str, Any]:
+    """One item of prme.add_nodes' array: only the fields that differ from its defaults,
+    fractions as JSON numbers (a float's shortest repr is the Decimal's own digits)."""
+    doc: dict[str, Any] = {"content": item.content}
+    if item.scope != "personal":
+        doc["scope"] = item.scope
+    if item.namespace != "default":
+        doc["namespace"] = item.namespace
+    if item.kind != "fact":
+        doc["kind"] = item.kind
+    if item.confidence_base != Decimal("0.5"):
+        doc["confidence_base"] = _json_number(item.confidence_base)
+    if item.salience_base != Decimal("0.5"):
+        doc["salience_base"] = _json_number(item.salience_base)
+    if item.stability != "low":
+        doc["stability"] = item.stability
+    if item.decay_profile != "medium":
+        doc["decay_profile"] = item.decay_profile
+    # prme.add_nodes: absent is one cadence ahead, 'infinity' no schedule (as prme.add_node).
+    if item.next_review_at is None:
+        doc["next_review_at"] = "infinity"
+    elif isinstance(item.next_review_at, datetime):
+        doc["next_review_at"] = _time_text(item.next_review_at)
+    if item.node_id is not None:
+        doc["node_id"] = str(item.node_id)
+    if item.created_at is not None:
+        doc["created_at"] = _time_text(item.created_at)
+    if item.embedding is not None:
+        doc["embedding_model"] = item.embedding_model
+        doc["embedding_dimensions"] = int(np.size(item.embedding))  # a wrong size names this item
+    return doc
+
+
+def batch_embeddings(items: Sequence[NodeItem]) -> Float4Array | None:
+    """prme.add_nodes' embeddings: the items' vectors end to end, in item order (None: none)."""
+    vectors = []
+    for index, item in enumerate(items):
+        if item.embedding is not None:
+            if item.embedding_model is None:
+                raise InvalidInput(f"items[{index}]: an embedding needs its embedding_model")
+            vectors.append(np.asarray(item.embedding, dtype=np.float32).ravel())
+    return Float4Array(np.concatenate(vectors)) if vectors else None
+
+
 def _all(rows: list[Any]) -> list[Any]:
     return rows
 
@@ -767,6 +829,17 @@ def statement(request: Request[T]) -> Call[T]:
                     "embedding_model": request.embedding_model,
                 },
                 node_row,
+            )
+        case AddNodes():
+            call = Call(
+                ADD_NODES,
+                {
+                    "user_id": request.user_id,
+                    "items": Jsonb([node_item_json(item) for item in request.items], dumps=_json_dumps),
+                    "embeddings": batch_embeddings(request.items),
+                },
+                node_row,
+                _all,
             )
         case AddEvent():
             call = Call(

@@ -10,6 +10,7 @@ from uuid import UUID
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..backends import MAX_BATCH_ITEMS
 from ..models import Event, Node
 from .dependencies import Client, Owner
 from .fields import LOCATION_HEADER, REPLAYED_HEADER, IdempotencyKey, Number
@@ -86,6 +87,34 @@ class NodeIn(BaseModel):
     )
 
 
+class BatchNodeIn(NodeIn):
+    created_at: datetime | None = Field(
+        default=None, description="when the memory was first made elsewhere (an import); omitted: now"
+    )
+    node_id: UUID | None = Field(
+        default=None,
+        description="chosen by the client: an item whose node_id is stored already with the same content, scope, "
+        "namespace and kind is answered as replayed and writes nothing, so a retried batch writes only what is missing",
+    )
+
+
+class NodesIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[BatchNodeIn] = Field(max_length=MAX_BATCH_ITEMS, description=f"1 to {MAX_BATCH_ITEMS} memories")
+
+
+class BatchItemOut(BaseModel):
+    status: str = Field(description="created, or replayed (stored by an earlier request; nothing written)")
+    node: NodeOut
+
+
+class NodesOut(BaseModel):
+    created: int
+    replayed: int
+    items: list[BatchItemOut] = Field(description="one per item, in the request's order")
+
+
 class EventIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -125,6 +154,38 @@ async def add_node(body: NodeIn, user_id: Owner, client: Client, response: Respo
     node = await client.add_node(body.content, user_id=user_id, **body.model_dump(exclude=exclude))
     response.headers["Location"] = f"/v1/nodes/{node.id}"
     return NodeOut.of(node)
+
+
+@router.post(
+    "/v1/nodes:batch",
+    response_model=NodesOut,
+    tags=["memories"],
+    responses=problem_responses(
+        401,
+        409,
+        413,
+        415,
+        422,
+        503,
+        s409="an item's node_id is stored with other content (the detail names it: items[N])",
+        s422="an item is invalid (the detail names it: items[N]); nothing was written",
+    ),
+)
+async def add_nodes(body: NodesIn, user_id: Owner, client: Client) -> NodesOut:
+    """Create up to 1000 memories for the token's owner in one transaction, all or nothing, each
+    exactly as ``POST /v1/nodes`` would; a retried batch reports each stored item as replayed."""
+    items = []
+    for item in body.items:
+        # As POST /v1/nodes: an omitted next_review_at is one cadence ahead; null is no schedule.
+        exclude = set() if "next_review_at" in item.model_fields_set else {"next_review_at"}
+        items.append(item.model_dump(exclude=exclude))
+    nodes = await client.add_nodes(items, user_id=user_id)
+    replayed = sum(node.replayed for node in nodes)
+    return NodesOut(
+        created=len(nodes) - replayed,
+        replayed=replayed,
+        items=[BatchItemOut(status="replayed" if n.replayed else "created", node=NodeOut.of(n)) for n in nodes],
+    )
 
 
 @router.get(

@@ -274,6 +274,18 @@ COMMENT ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,
 REVOKE ALL ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text) TO prme_app;
 
+CREATE FUNCTION prme.add_nodes(user_id text, items jsonb, embeddings real[] DEFAULT NULL::real[])
+RETURNS SETOF prme.node_view
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON prme.route(user_id);
+$$;
+COMMENT ON FUNCTION prme.add_nodes(text,jsonb,real[]) IS
+'Creates up to 1000 memories of user_id in one transaction, each exactly as add_node would (its create record included); items is a JSON array of objects with add_node''s fields (a null or absent field takes its default; next_review_at ''infinity'' means no schedule) and created_at (an earlier creation time). Returns one row per item, in order; an item whose node_id exists with the same content, scope, namespace and kind is a replay (replayed, nothing written). An item''s embedding_model names a registered model; its vector is the next dimensions numbers of embeddings (one flat real[] for the batch; embedding_dimensions, if given, must be the model''s), stored as add_node''s embedding. A bad item raises PR422 (a taken node_id PR409) naming it as items[N]; nothing is written.';
+REVOKE ALL ON FUNCTION prme.add_nodes(text,jsonb,real[]) FROM public;
+GRANT EXECUTE ON FUNCTION prme.add_nodes(text,jsonb,real[]) TO prme_app;
+
 CREATE FUNCTION prme.apply_patch(user_id text, patch_id uuid, op_ids text[] DEFAULT NULL::text[], mode text DEFAULT 'manual'::text)
 RETURNS TABLE(op_id text, op text, node_id uuid, status text, detail text, node_version bigint)
 LANGUAGE plproxy

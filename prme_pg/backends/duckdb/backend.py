@@ -17,6 +17,7 @@ from ...errors import InvalidInput, NotOnPack, PrmeError
 from .. import (
     AddEvent,
     AddNode,
+    AddNodes,
     ApplyPatch,
     ArchiveNode,
     AssemblePrompt,
@@ -144,6 +145,8 @@ class DuckDBBackend(
                 return self.get_node(request)
             case AddNode():
                 return self.add_node(request)
+            case AddNodes():
+                return self.add_nodes(request)
             case AddEvent():
                 return self.add_event(request)
             case ListNodes():

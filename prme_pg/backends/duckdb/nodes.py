@@ -3,8 +3,15 @@
 
 from __future__ import annotations
 
-import duckdb
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
 
+import duckdb
+import numpy as np
+
+from ...embeddings import Vector
 from ...errors import IdempotencyConflict, InvalidInput, NotFoundError
 from ...models import (
     Event,
@@ -13,18 +20,20 @@ from ...models import (
 )
 from ...validation import valid_user_id
 from .. import (
+    MAX_BATCH_ITEMS,
     AddEvent,
     AddNode,
+    AddNodes,
     ArchiveNode,
     GetNode,
     ListNodes,
+    NodeItem,
     Reinforce,
 )
 from .connection import PackConnection, _Retry
-from .embeddings import INSERT_EMBEDDING, valid_embedding
+from .embeddings import _model_dimensions, valid_embedding
 from .maintenance import _setting
-from .recall import INSERT_WORDS
-from .records import reinforce_entry
+from .records import create_entry, reinforce_entry
 from .rows import _CONFIRM_NAMES, _NODE_COLUMNS, _event, _fetch_dicts, _node, _node_from_values
 from .validation import (
     _DECAY_PROFILES,
@@ -35,7 +44,7 @@ from .validation import (
     valid_payload,
     valid_timestamp,
 )
-from .writes import REINFORCE_KEY, _append_record, _require_live_node_and_evidence, _write_node
+from .writes import REINFORCE_KEY, _require_live_node_and_evidence, _write_node
 
 GET_NODE = f"SELECT {_NODE_COLUMNS} FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
 
@@ -47,48 +56,76 @@ LIST_NODES = (
     "ORDER BY id LIMIT $max_count"
 )
 
-# The new node and its create record, built by the rules' macros.
-CREATE_ENTRY = """
-SELECT q.state, q.record, sha256(q.record) AS checksum
-FROM (
-    SELECT s.state, prme.journal_record_v2(
-        'create', NULL, CAST($operation_id AS UUID), NULL, s.state.user_id, s.state.id, NULL,
-        NULL, prme.node_state_unfixed(s.state), NULL, s.state.updated_at
-    ) AS record
-    FROM (
-        SELECT {
-            'id': CAST($node_id AS UUID),
-            'user_id': CAST($user_id AS VARCHAR),
-            'namespace': CAST($namespace AS VARCHAR),
-            'scope': CAST($scope AS VARCHAR),
-            'kind': CAST($kind AS VARCHAR),
-            'content': CAST($content AS VARCHAR),
-            'confidence_base': CAST($confidence_base AS DECIMAL(5, 4)),
-            'salience_base': CAST($salience_base AS DECIMAL(5, 4)),
-            'reinforcement_boost': CAST(0 AS DECIMAL(5, 4)),
-            'last_reinforced_at': CAST(NULL AS TIMESTAMPTZ),
-            'evidence_refs': CAST([] AS UUID []),
-            'stability': CAST($stability AS VARCHAR),
-            'next_review_at': CAST($next_review_at AS TIMESTAMPTZ),
-            'lifecycle_state': 'active',
-            'decay_profile': CAST($decay_profile AS VARCHAR),
-            'created_at': CAST($now AS TIMESTAMPTZ),
-            'updated_at': CAST($now AS TIMESTAMPTZ),
-            'version': CAST(1 AS BIGINT)
-        } AS state
-    ) AS s
-) AS q
-"""
-
-INSERT_NODE = (
-    "INSERT OR IGNORE INTO prme.nodes (id, user_id, namespace, scope, kind, content, confidence_base, "
-    "salience_base, reinforcement_boost, last_reinforced_at, evidence_refs, stability, next_review_at, "
-    "lifecycle_state, decay_profile, created_at, updated_at, version, last_checksum) "
-    "VALUES ($id, $user_id, $namespace, $scope, $kind, $content, "
-    "$confidence_base, $salience_base, $reinforcement_boost, $last_reinforced_at, $evidence_refs, "
-    "$stability, $next_review_at, $lifecycle_state, $decay_profile, $created_at, $updated_at, $version, "
-    "$last_checksum) RETURNING id"
+GET_NODES = (
+    f"SELECT {_NODE_COLUMNS} FROM prme.nodes "
+    "WHERE user_id = $user_id AND id IN (SELECT unnest(CAST($node_ids AS UUID [])))"
 )
+
+# New nodes, their words, create records and vectors: one statement per table for any
+# number of memories, each column a list (DuckDB's unnest of several lists zips them, in
+# order). add_node's former path -- the record built by the rules' SQL macros, then
+# INSERT OR IGNORE ... RETURNING, one row at a time -- cost about 3x these statements
+# (docs/PERFORMANCE.md, "The pack's add_node").
+_NEW_NODE_COLUMNS = (
+    "id",
+    "user_id",
+    "namespace",
+    "scope",
+    "kind",
+    "content",
+    "confidence_base",
+    "salience_base",
+    "stability",
+    "next_review_at",
+    "decay_profile",
+    "created_at",
+    "updated_at",
+)
+INSERT_NODES = (
+    "INSERT INTO prme.nodes (id, user_id, namespace, scope, kind, content, confidence_base, salience_base, "
+    "reinforcement_boost, last_reinforced_at, evidence_refs, stability, next_review_at, lifecycle_state, "
+    "decay_profile, created_at, updated_at, version, last_checksum) "
+    "SELECT unnest(CAST(? AS UUID [])), unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS VARCHAR [])), "
+    "unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS VARCHAR [])), "
+    "unnest(CAST(? AS DECIMAL(5, 4) [])), unnest(CAST(? AS DECIMAL(5, 4) [])), 0, NULL, CAST([] AS UUID []), "
+    "unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS TIMESTAMPTZ [])), 'active', unnest(CAST(? AS VARCHAR [])), "
+    "unnest(CAST(? AS TIMESTAMPTZ [])), unnest(CAST(? AS TIMESTAMPTZ [])), 1, unnest(CAST(? AS VARCHAR []))"
+)
+INSERT_WORDS_BATCH = (
+    "INSERT INTO prme.node_words SELECT n.user_id, n.node_id, unnest(prme.recall_words(n.content)) "
+    "FROM (SELECT unnest(CAST(? AS VARCHAR [])) AS user_id, unnest(CAST(? AS UUID [])) AS node_id, "
+    "unnest(CAST(? AS VARCHAR [])) AS content) AS n"
+)
+INSERT_JOURNAL_CREATES = (
+    "INSERT INTO prme.journal SELECT unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS UUID [])), 1, 2, 'create', "
+    "unnest(CAST(? AS UUID [])), NULL, NULL, unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS VARCHAR [])), NULL, "
+    "CAST(? AS TIMESTAMPTZ), NULL"
+)
+INSERT_EMBEDDINGS_BATCH = (
+    "INSERT INTO prme.node_embeddings (user_id, node_id, model_id, embedding, error, embedded_at) "
+    "SELECT unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS UUID [])), unnest(CAST(? AS VARCHAR [])), "
+    "unnest(CAST(? AS FLOAT [] [])), NULL, CAST(? AS TIMESTAMPTZ)"
+)
+_SCALE = Decimal("0.0001")
+_ZERO = Decimal("0.0000")
+
+
+def _valid_item_embedding(
+    con: duckdb.DuckDBPyConnection, dimensions: dict[str, int], model_id: str | None, embedding: Vector | None
+) -> Vector | None:
+    """valid_embedding, each model's dimensions read once per batch."""
+    if embedding is None:
+        return None
+    if model_id is None:
+        raise InvalidInput("an embedding needs its embedding_model")
+    if model_id not in dimensions:
+        dimensions[model_id] = _model_dimensions(con, model_id)
+    vector = np.asarray(embedding, dtype=np.float32)
+    if vector.ndim != 1 or vector.size != dimensions[model_id]:
+        raise InvalidInput(f"embedding must have {dimensions[model_id]} dimensions for model '{model_id}'")
+    if not np.isfinite(vector).all():
+        raise InvalidInput("embedding must hold finite numbers (no NULL, NaN or infinity)")
+    return vector
 
 
 # A confirmation reads only the node's state and chain link, as plain columns (a row as a
@@ -120,70 +157,195 @@ INSERT_EVENT = (
 )
 
 
+def _node_params(request: AddNode | NodeItem, user_id: str) -> dict[str, Any]:
+    """add_node's checks (sql/postgres/080_add_node.sql), before any I/O."""
+    params: dict[str, Any] = {
+        "user_id": user_id,
+        "namespace": valid_name("namespace", request.namespace),
+        "scope": valid_name("scope", request.scope),
+        "kind": valid_name("kind", request.kind),
+        "content": valid_content(request.content),
+        "confidence_base": valid_fraction("confidence_base", request.confidence_base),
+        "salience_base": valid_fraction("salience_base", request.salience_base),
+    }
+    if request.stability not in _STABILITIES:
+        raise InvalidInput("stability must be low, semi-stable or stable")
+    if request.decay_profile not in _DECAY_PROFILES:
+        raise InvalidInput("decay_profile must be permanent, slow, medium, fast or rapid")
+    params.update(
+        stability=request.stability,
+        decay_profile=request.decay_profile,
+        next_review_at=(
+            None
+            if isinstance(request.next_review_at, ReviewSchedule)
+            else valid_timestamp("next_review_at", request.next_review_at)
+        ),
+        by_cadence=request.next_review_at is ReviewSchedule.BY_CADENCE,
+    )
+    return params
+
+
 class NodeOperations(PackConnection):
-    def add_node(self, request: AddNode) -> Node:
-        params = {
-            "user_id": valid_user_id(request.user_id),
-            "namespace": valid_name("namespace", request.namespace),
-            "scope": valid_name("scope", request.scope),
-            "kind": valid_name("kind", request.kind),
-            "content": valid_content(request.content),
-            "confidence_base": valid_fraction("confidence_base", request.confidence_base),
-            "salience_base": valid_fraction("salience_base", request.salience_base),
+    def _new_state(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        params: dict[str, Any],
+        node_id: UUID | None,
+        now: Any,
+        created_at: Any,
+        cadences: dict[str, timedelta],
+    ) -> dict[str, Any]:
+        """The new node's row, as add_node makes it, and its create record's operation_id;
+        ``cadences`` caches the owner's review cadence per stability for one transaction."""
+        operation_id = self._new_id()  # before the node's id, as add_node always drew them
+        review = params["next_review_at"]
+        if params["by_cadence"]:
+            # On a review schedule from the start: one cadence of its stability ahead.
+            stability = params["stability"]
+            if stability not in cadences:
+                cadences[stability] = _setting(con, str(params["user_id"]), stability)[0]
+            review = now + cadences[stability]
+        return {
+            "operation_id": operation_id,
+            "id": node_id or self._new_id(),
+            "user_id": params["user_id"],
+            "namespace": params["namespace"],
+            "scope": params["scope"],
+            "kind": params["kind"],
+            "content": params["content"],
+            "confidence_base": params["confidence_base"].quantize(_SCALE),
+            "salience_base": params["salience_base"].quantize(_SCALE),
+            "reinforcement_boost": _ZERO,
+            "last_reinforced_at": None,
+            "evidence_refs": [],
+            "stability": params["stability"],
+            "next_review_at": review,
+            "lifecycle_state": "active",
+            "decay_profile": params["decay_profile"],
+            "created_at": created_at,
+            "updated_at": now,
+            "version": 1,
         }
-        if request.stability not in _STABILITIES:
-            raise InvalidInput("stability must be low, semi-stable or stable")
-        if request.decay_profile not in _DECAY_PROFILES:
-            raise InvalidInput("decay_profile must be permanent, slow, medium, fast or rapid")
-        by_cadence = request.next_review_at is ReviewSchedule.BY_CADENCE
-        params.update(
-            stability=request.stability,
-            decay_profile=request.decay_profile,
-            next_review_at=(
-                None
-                if isinstance(request.next_review_at, ReviewSchedule)
-                else valid_timestamp("next_review_at", request.next_review_at)
-            ),
+
+    def _write_new(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        states: list[dict[str, Any]],
+        vectors: list[tuple[str | None, Vector | None]],
+        now: Any,
+    ) -> None:
+        """New nodes with their create records, words and vectors: one statement per table,
+        whatever the count (add_node's one, add_nodes' batch). The records are built here,
+        byte for byte prme._journal_record_v2's (records.py)."""
+        operation_ids = [state["operation_id"] for state in states]
+        entries = [create_entry(state, operation_id) for state, operation_id in zip(states, operation_ids, strict=True)]
+        columns = {name: [state[name] for state in states] for name in _NEW_NODE_COLUMNS}
+        try:
+            con.execute(INSERT_NODES, [*columns.values(), [checksum for _, checksum in entries]])
+        except duckdb.ConstraintException:
+            if len(states) == 1:
+                raise IdempotencyConflict("a node with this node_id already exists") from None
+            # Another call created one of these node ids after this one looked: a retry of
+            # the batch answers it as a replay (as prme.add_nodes).
+            raise IdempotencyConflict("a concurrent call created one of these node_ids: retry the batch") from None
+        con.execute(INSERT_WORDS_BATCH, [columns["user_id"], columns["id"], columns["content"]])
+        con.execute(
+            INSERT_JOURNAL_CREATES,
+            [
+                columns["user_id"],
+                columns["id"],
+                operation_ids,
+                [record for record, _ in entries],
+                [checksum for _, checksum in entries],
+                now,
+            ],
         )
+        embedded = [(state, model, vector) for state, (model, vector) in zip(states, vectors, strict=True)]
+        embedded = [(state, model, vector) for state, model, vector in embedded if vector is not None]
+        if embedded:
+            con.execute(
+                INSERT_EMBEDDINGS_BATCH,
+                [
+                    [state["user_id"] for state, _, _ in embedded],
+                    [state["id"] for state, _, _ in embedded],
+                    [model for _, model, _ in embedded],
+                    [vector.tolist() for _, _, vector in embedded if vector is not None],
+                    now,
+                ],
+            )
+
+    def add_node(self, request: AddNode) -> Node:
+        params = _node_params(request, valid_user_id(request.user_id))
 
         def work(con: duckdb.DuckDBPyConnection) -> Node:
-            operation_id = self._new_id()
             now = self._clock()
-            review = params["next_review_at"]
-            if by_cadence:
-                # On a review schedule from the start: one cadence of its stability ahead.
-                review = now + _setting(con, str(params["user_id"]), request.stability)[0]
-            entry = con.execute(
-                CREATE_ENTRY,
-                {
-                    **params,
-                    "next_review_at": review,
-                    "node_id": request.node_id or self._new_id(),
-                    "operation_id": operation_id,
-                    "now": now,
-                },
-            ).fetchone()
-            assert entry is not None
-            state, record, checksum = entry
-            if con.execute(INSERT_NODE, {**state, "last_checksum": checksum}).fetchone() is None:
-                raise IdempotencyConflict("a node with this node_id already exists")
-            con.execute(
-                INSERT_WORDS, {"user_id": state["user_id"], "node_id": state["id"], "content": state["content"]}
-            )
-            _append_record(con, state, "create", operation_id, record, checksum, prev_checksum=None)
             vector = valid_embedding(con, request.embedding_model, request.embedding)
-            if vector is not None:
-                con.execute(
-                    INSERT_EMBEDDING,
-                    {
-                        "user_id": state["user_id"],
-                        "node_id": state["id"],
-                        "model_id": request.embedding_model,
-                        "embedding": vector.tolist(),
-                        "now": now,
-                    },
-                )
+            state = self._new_state(con, params, request.node_id, now, now, {})
+            self._write_new(con, [state], [(request.embedding_model, vector)], now)
             return _node(state)
+
+        return self.run(work)
+
+    def add_nodes(self, request: AddNodes) -> list[Node]:
+        """prme.add_nodes (sql/postgres/085_add_nodes.sql): every item checked first, then one
+        transaction of one statement per table for the whole batch; an item whose node_id is
+        stored with the same content, scope, namespace and kind is a replay."""
+        user_id = valid_user_id(request.user_id)
+        if len(request.items) > MAX_BATCH_ITEMS:
+            raise InvalidInput(f"items must hold at most {MAX_BATCH_ITEMS} memories")
+        checked = []
+        seen: dict[UUID, int] = {}
+        for index, item in enumerate(request.items):
+            try:
+                params = _node_params(item, user_id)
+                created_at = valid_timestamp("created_at", item.created_at)
+                if item.node_id is not None and seen.setdefault(item.node_id, index) != index:
+                    raise InvalidInput("node_id repeats another item's")
+            except InvalidInput as exc:
+                raise InvalidInput(f"items[{index}]: {exc}") from None
+            checked.append((params, item.node_id, created_at, item))
+        wanted = [node_id for _, node_id, _, _ in checked if node_id is not None]
+
+        def work(con: duckdb.DuckDBPyConnection) -> list[Node]:
+            now = self._clock()
+            stored = {}
+            if wanted:
+                rows = _fetch_dicts(con.execute(GET_NODES, {"user_id": user_id, "node_ids": wanted}))
+                stored = {row["id"]: row for row in rows}
+            dimensions: dict[str, int] = {}
+            cadences: dict[str, timedelta] = {}
+            nodes: list[Node] = []
+            states: list[dict[str, Any]] = []
+            vectors: list[tuple[str | None, Vector | None]] = []
+            for index, (params, node_id, created_at, item) in enumerate(checked):
+                if created_at is not None and created_at > now:
+                    raise InvalidInput(f"items[{index}]: created_at must not be in the future (got {created_at})")
+                row = stored.get(node_id) if node_id is not None else None
+                if row is not None:
+                    same = (row["content"], row["scope"], row["namespace"], row["kind"]) == (
+                        params["content"],
+                        params["scope"],
+                        params["namespace"],
+                        params["kind"],
+                    )
+                    if not same:
+                        raise IdempotencyConflict(
+                            f"items[{index}]: a node with this node_id already exists with other content, "
+                            f"scope, namespace or kind (node_id {node_id})"
+                        )
+                    nodes.append(_node(row, replayed=True))
+                    continue
+                try:
+                    vector = _valid_item_embedding(con, dimensions, item.embedding_model, item.embedding)
+                except InvalidInput as exc:
+                    raise InvalidInput(f"items[{index}]: {exc}") from None
+                state = self._new_state(con, params, node_id, now, created_at or now, cadences)
+                states.append(state)
+                vectors.append((item.embedding_model, vector))
+                nodes.append(_node(state))
+            if states:
+                self._write_new(con, states, vectors, now)
+            return nodes
 
         return self.run(work)
 

@@ -88,6 +88,18 @@ def journal_entry(
     return record, hashlib.sha256(record.encode("utf-8")).hexdigest()
 
 
+def create_entry(state: Mapping[str, Any], operation_id: uuid.UUID) -> tuple[str, str]:
+    """prme._journal_record_v2 of a node's creation (080_add_node.sql: no before state, no
+    chain link, recorded at its updated_at), and its checksum."""
+    record = (
+        f'{{"after":{node_state_text(state)},"before":null,"evidence_id":null,"node_id":"{state["id"]}"'
+        f',"op":"create","operation_id":"{operation_id}","policy":null,"prev_checksum":null'
+        f',"recorded_at":{_json_time_text(state["updated_at"])},"request_id":null'
+        f',"user_id":{_json_text(state["user_id"])},"version":2}}'
+    )
+    return record, hashlib.sha256(record.encode("utf-8")).hexdigest()
+
+
 def reinforce_entry(
     node: Mapping[str, Any],
     evidence_id: uuid.UUID | None,
