@@ -31,8 +31,8 @@ from .backends import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
-    EmbeddingStatusRequest,
     GetCurrentSnapshot,
+    GetEmbeddingStatus,
     GetJournalRecords,
     GetLedgerStatus,
     GetMaintenanceReport,
@@ -277,14 +277,12 @@ class AsyncMemoryClient:
         embedder = await self._registered_embedder()
         if embedder is None:
             return None
-        return await self._backend.execute(EmbeddingStatusRequest(model_id=embedder.model_id))
+        return await self._backend.execute(GetEmbeddingStatus(model_id=embedder.model_id))
 
     async def _registered_embedder(self) -> Embedder | None:
         # Loading the model reads 16 MB from disk: in a thread, off the event loop.
-        embedder = await asyncio.to_thread(self._embeddings.embedder)
-        if embedder is not None and (request := self._embeddings.registration(embedder)) is not None:
-            self._embeddings.registered(embedder, await self._backend.execute(request))
-        return embedder
+        # No call to the engine: a model's first vector registers it (prme.add_node).
+        return await asyncio.to_thread(self._embeddings.embedder)
 
     async def _content_vector(self, content: str, embedding: object) -> tuple[Vector | None, str | None]:
         embedder = await self._registered_embedder()
@@ -296,7 +294,15 @@ class AsyncMemoryClient:
         return vector, None if vector is None else embedder.model_id
 
     async def add_nodes(self, items: Iterable[Mapping[str, Any] | NodeItem], *, user_id: str) -> list[Node]:
-        """Create up to 1000 memories in one transaction (see :meth:`MemoryClient.add_nodes`)."""
+        """Create up to 1000 memories in one transaction, each exactly as :meth:`add_node` would
+        (its create record included); all or nothing. Each item is a mapping of add_node's
+        keyword arguments, plus ``created_at`` (when it was first made elsewhere). Returns one
+        node per item, in order; an item whose ``node_id`` is stored already with the same
+        content, scope, namespace and kind is ``replayed`` (nothing written), so a retried batch
+        writes only what is missing. A bad item raises InvalidInput (a taken node_id
+        IdempotencyConflict) whose message starts with ``items[N]``. As add_node, the client's
+        embedder embeds each item's content (an item's ``embedding``, a vector by that model, is
+        stored as given), the whole batch in one call of the model. See docs/IMPORT.md."""
         embedder = await self._registered_embedder()
         # The model runs once for the batch, in a thread, off the event loop.
         request = await asyncio.to_thread(add_nodes_request, items, user_id, embedder)

@@ -21,7 +21,6 @@ import copy
 import dataclasses
 import fractions
 import hashlib
-import logging
 import os
 import re
 import threading
@@ -48,9 +47,9 @@ from .backends import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
-    EmbeddingStatusRequest,
     FindNodes,
     GetCurrentSnapshot,
+    GetEmbeddingStatus,
     GetJournalRecords,
     GetLedgerStatus,
     GetMaintenanceReport,
@@ -74,7 +73,6 @@ from .backends import (
     PublishSnapshot,
     Recall,
     RecordOutcome,
-    RegisterEmbeddingModel,
     Reinforce,
     ReplayNode,
     Request,
@@ -408,7 +406,6 @@ def recall_request(
 #: The engine refuses longer content and queries (PR422); the clients refuse them before
 #: running the model on them.
 MAX_TEXT_BYTES = 65536
-_log = logging.getLogger("prme_pg")
 
 
 class ClientEmbeddings:
@@ -423,7 +420,6 @@ class ClientEmbeddings:
         self._choice = choice
         self._embedder: Embedder | None = None
         self._resolved = False
-        self._registered: set[str] = set()
         self._lock = threading.Lock()
 
     def embedder(self) -> Embedder | None:
@@ -438,20 +434,6 @@ class ClientEmbeddings:
     @property
     def loaded(self) -> bool:
         return self._resolved and self._embedder is not None
-
-    def registration(self, embedder: Embedder) -> RegisterEmbeddingModel | None:
-        """The request registering ``embedder``'s model, the first time only."""
-        if embedder.model_id in self._registered:
-            return None
-        return RegisterEmbeddingModel(model_id=embedder.model_id, dimensions=embedder.dimensions)
-
-    def registered(self, embedder: Embedder, vector_search: bool) -> None:
-        self._registered.add(embedder.model_id)
-        if not vector_search:
-            _log.warning(
-                "this PostgreSQL server has no pgvector: vectors are kept, recall matches words only "
-                "(install postgresql-NN-pgvector, then see docs/RECALL.md)"
-            )
 
     def content_vector(self, embedder: Embedder, content: str, embedding: object) -> Vector | None:
         """``embedding`` checked against the model, else the content embedded; None for content the engine refuses."""
@@ -814,13 +796,11 @@ class MemoryClient:
         embedder = self._registered_embedder()
         if embedder is None:
             return None
-        return self._backend.execute(EmbeddingStatusRequest(model_id=embedder.model_id))
+        return self._backend.execute(GetEmbeddingStatus(model_id=embedder.model_id))
 
     def _registered_embedder(self) -> Embedder | None:
-        embedder = self._embeddings.embedder()
-        if embedder is not None and (request := self._embeddings.registration(embedder)) is not None:
-            self._embeddings.registered(embedder, self._backend.execute(request))
-        return embedder
+        # No call to the engine: a model's first vector registers it (prme.add_node).
+        return self._embeddings.embedder()
 
     def _content_vector(self, content: str, embedding: object) -> tuple[Vector | None, str | None]:
         embedder = self._registered_embedder()

@@ -19,7 +19,7 @@ from uuid import UUID
 
 import numpy as np
 
-from .backends import PendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
+from .backends import ListPendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
 from .client import MemoryClient
 from .embeddings import Embedder, EmbeddingError, Vectors, embed_texts
 from .errors import InvalidInput
@@ -103,7 +103,9 @@ def embed_pending(
     after: tuple[str, UUID] | None = None
     while stop is None or not stop.is_set():
         batch = backend.execute(
-            PendingEmbeddings(model_id=embedder.model_id, max_count=batch_size, retry_failed=retry_failed, after=after)
+            ListPendingEmbeddings(
+                model_id=embedder.model_id, max_count=batch_size, retry_failed=retry_failed, after=after
+            )
         )
         if not batch:
             break

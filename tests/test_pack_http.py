@@ -108,7 +108,13 @@ def test_health_and_ready_over_a_pack(pack_api: PackApi) -> None:
         ready = anonymous.get("/ready")
         assert ready.status_code == 200, ready.text
         assert ready.json()["status"] == "ready"
-        assert ready.json()["capabilities"] == {"storage": True, "ledger": False, "executor": False}
+        assert ready.json()["capabilities"] == {
+            "storage": True,
+            "ledger": False,
+            "executor": False,
+            "model_executor": True,
+            "search_index": True,
+        }
         _problem(anonymous.get("/v1/nodes"), 401, "unauthorized")
     with pack_api.client("prme.YWxpY2U." + "x" * 43) as forged:
         _problem(forged.get("/v1/nodes"), 401, "unauthorized")

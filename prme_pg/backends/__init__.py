@@ -63,9 +63,9 @@ __all__ = [
     "AuthenticateApiToken",
     "CreateApiToken",
     "CreateMaintenancePatch",
-    "EmbeddingStatusRequest",
     "FindNodes",
     "GetCurrentSnapshot",
+    "GetEmbeddingStatus",
     "GetJournalRecords",
     "GetLedgerStatus",
     "GetMaintenanceReport",
@@ -84,9 +84,9 @@ __all__ = [
     "ListNodeOutcomes",
     "ListNodes",
     "ListOperationEvents",
+    "ListPendingEmbeddings",
     "MarkReviewed",
     "NodeItem",
-    "PendingEmbeddings",
     "PublishSnapshot",
     "Recall",
     "RecordOutcome",
@@ -418,7 +418,7 @@ class RegisterEmbeddingModel(Request[bool]):
 
 
 @dataclass(frozen=True, slots=True)
-class PendingEmbeddings(Request[list[PendingEmbedding]]):
+class ListPendingEmbeddings(Request[list[PendingEmbedding]]):
     """Recallable memories of every owner without a vector by model_id, in (user_id, node_id) order."""
 
     model_id: str
@@ -440,7 +440,7 @@ class StoreEmbeddings(Request[int]):
 
 
 @dataclass(frozen=True, slots=True)
-class EmbeddingStatusRequest(Request[EmbeddingStatus]):
+class GetEmbeddingStatus(Request[EmbeddingStatus]):
     """Whether the engine searches by meaning, and the memories awaiting a vector by model_id."""
 
     model_id: str

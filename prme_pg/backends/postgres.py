@@ -73,9 +73,9 @@ from . import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
-    EmbeddingStatusRequest,
     FindNodes,
     GetCurrentSnapshot,
+    GetEmbeddingStatus,
     GetJournalRecords,
     GetLedgerStatus,
     GetMaintenanceReport,
@@ -94,9 +94,9 @@ from . import (
     ListNodeOutcomes,
     ListNodes,
     ListOperationEvents,
+    ListPendingEmbeddings,
     MarkReviewed,
     NodeItem,
-    PendingEmbeddings,
     PublishSnapshot,
     Recall,
     RecordOutcome,
@@ -963,7 +963,7 @@ def statement(request: Request[T]) -> Call[T]:
                 tuple_row,
                 lambda rows: all(row[0] for row in rows),  # a row per shard behind PL/Proxy
             )
-        case PendingEmbeddings():
+        case ListPendingEmbeddings():
             call = Call(
                 PENDING_EMBEDDINGS,
                 {
@@ -989,7 +989,7 @@ def statement(request: Request[T]) -> Call[T]:
                 tuple_row,
                 lambda rows: sum(int(row[0]) for row in rows),
             )
-        case EmbeddingStatusRequest():
+        case GetEmbeddingStatus():
             model_id = request.model_id
             call = Call(
                 EMBEDDING_STATUS,

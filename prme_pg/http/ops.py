@@ -55,15 +55,6 @@ class Capabilities(BaseModel):
     )
 
 
-class EmbeddingReadiness(BaseModel):
-    """Recall by meaning: the configured model and what awaits it (informative: never makes the server unready)."""
-
-    model_id: str | None = Field(description="the embedder's model id; null when embedding is off (PRME_EMBEDDER=none)")
-    loaded: bool = Field(description="the model is loaded (this request loads it when it was not)")
-    vector_search: bool = Field(description="the engine compares vectors (PostgreSQL: pgvector is installed)")
-    pending: int | None = Field(description="memories of every owner without a vector by this model (prme-pg embed)")
-
-
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready"] = Field(
         description="ready when storage and ledger are (on a memory pack, which has no ledger: when storage is)"
@@ -77,9 +68,6 @@ class Readiness(BaseModel):
         )
     )
     detail: str = Field(description="ready, or why not")
-    embedding: EmbeddingReadiness | None = Field(
-        default=None, description="recall by meaning; null when the database did not answer"
-    )
 
 
 @cache
@@ -118,14 +106,11 @@ async def ready(client: Client, request: Request, response: Response) -> Readine
         response.headers["X-Incident-Id"] = incident
     on_pack = isinstance(client.backend, AsyncDuckDBBackend)
     ready = capabilities.storage and (capabilities.ledger or on_pack)
-    embedding = None
     if capabilities.storage:
-        embedding, problem = await _embedding(client, timeout)
+        loaded, vector_search, problem = await _embedding(client, timeout)
         if problem:
             problems.append(problem)
-        capabilities = capabilities.model_copy(
-            update={"model_executor": embedding.loaded, "search_index": embedding.vector_search}
-        )
+        capabilities = capabilities.model_copy(update={"model_executor": loaded, "search_index": vector_search})
     if not ready:
         response.status_code = 503
     return Readiness(
@@ -134,29 +119,23 @@ async def ready(client: Client, request: Request, response: Response) -> Readine
         ingestion_ready=ready,
         search_ready=capabilities.storage,
         detail="; ".join(problems) or "ready",
-        embedding=embedding,
     )
 
 
-async def _embedding(client: AsyncMemoryClient, timeout: float) -> tuple[EmbeddingReadiness, str | None]:
-    """The embedder (loaded here: a probe warms the model up) and the engine's embedding status."""
+async def _embedding(client: AsyncMemoryClient, timeout: float) -> tuple[bool, bool, str | None]:
+    """Whether the embedding model is loaded (a probe loads it: the model's warm-up) and the engine
+    compares vectors; a problem to report, if any. The backlog is `prme-pg status`'s to count."""
     try:
         async with asyncio.timeout(timeout):
             status = await client.embedding_status()
     except (PrmeError, psycopg.Error, TimeoutError) as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
-        model = None if client.embedder is None else client.embedder.model_id
-        return EmbeddingReadiness(model_id=model, loaded=client.embedder_loaded, vector_search=False, pending=None), (
-            f"recall by meaning unavailable ({reason}): recall matches words"
-        )
+        return client.embedder_loaded, False, f"recall by meaning unavailable ({reason}): recall matches words"
     if status is None:
-        return EmbeddingReadiness(model_id=None, loaded=False, vector_search=False, pending=None), None
-    problem = None
+        return False, False, None  # PRME_EMBEDDER=none: recall by words, by choice
     if not status.vector_search:
-        problem = "no pgvector on the server: recall matches words only (docs/RECALL.md)"
-    return EmbeddingReadiness(
-        model_id=status.model_id, loaded=True, vector_search=status.vector_search, pending=status.pending
-    ), problem
+        return True, False, "no pgvector on the server: recall matches words only (docs/RECALL.md)"
+    return True, True, None
 
 
 _NOTHING = Capabilities(storage=False, ledger=False, executor=False)

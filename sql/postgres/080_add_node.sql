@@ -32,8 +32,17 @@ DECLARE
     v_node prme.nodes;
     v_entry prme.journal;
     v_now timestamptz := now();
-    v_embedding real[] := prme._valid_embedding(add_node.embedding_model, add_node.embedding);
+    v_embedding real[];
 BEGIN
+    -- A model's first vector registers it with its dimensions (each shard its own, behind
+    -- PL/Proxy); a known model's vector must fit it.
+    IF add_node.embedding IS NOT NULL AND add_node.embedding_model IS NOT NULL
+       AND NOT EXISTS (
+           SELECT FROM prme.embedding_models AS m WHERE m.user_id = '*' AND m.model_id = add_node.embedding_model
+       ) THEN
+        PERFORM prme.register_embedding_model(add_node.embedding_model, cardinality(add_node.embedding));
+    END IF;
+    v_embedding := prme._valid_embedding(add_node.embedding_model, add_node.embedding);
     v_node.id := coalesce(add_node.node_id, gen_random_uuid());
     v_node.user_id := prme._valid_user_id(add_node.user_id);
     v_node.namespace := prme._valid_name('namespace', add_node.namespace);
@@ -101,8 +110,9 @@ $$;
 COMMENT ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid, real[], text) IS
 'Creates a memory for user_id and journals it as a create record. next_review_at defaults to now plus the review '
 'cadence of its stability (the owner''s setting); ''infinity'' means no review schedule (stored as NULL). node_id '
-'may be given (PR409 if taken); otherwise a random one is chosen. embedding, a vector of the content by the '
-'registered model embedding_model, is stored beside the memory (not journaled). Invalid arguments raise PR422.';
+'may be given (PR409 if taken); otherwise a random one is chosen. embedding, a vector of the content by the model '
+'embedding_model (registered by its first vector), is stored beside the memory (not journaled). Invalid arguments '
+'raise PR422.';
 
 REVOKE ALL ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid, real[], text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.add_node(text, text, text, text, text, numeric, numeric, text, text, timestamptz, uuid, real[], text) TO prme_app;

@@ -207,6 +207,12 @@ BEGIN
                     );
                 END IF;
                 v_count := (v_dimensions ->> v_item.embedding_model)::integer;
+                IF v_count IS NULL AND v_item.embedding_dimensions IS NOT NULL THEN
+                    -- A model's first vector registers it, with its dimensions (as add_node does).
+                    PERFORM prme.register_embedding_model(v_item.embedding_model, v_item.embedding_dimensions);
+                    v_count := v_item.embedding_dimensions;
+                    v_dimensions := v_dimensions || jsonb_build_object(v_item.embedding_model, v_count);
+                END IF;
                 IF v_count IS NULL THEN
                     RAISE EXCEPTION USING
                         ERRCODE = 'PR422',

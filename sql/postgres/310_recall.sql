@@ -109,7 +109,12 @@ DECLARE
     v_user_id text := prme._valid_user_id(recall.user_id);
     v_scopes text[] := prme._valid_scopes(recall.scopes);
     v_as_of timestamptz := prme._valid_timestamp('as_of', coalesce(recall.as_of, now()));
-    v_embedding real[] := prme._valid_embedding(recall.embedding_model, recall.query_embedding);
+    -- A model no memory has a vector of yet is not registered: nothing to compare, so words.
+    v_embedding real[] := CASE
+        WHEN recall.embedding_model IS NULL OR EXISTS (
+            SELECT FROM prme.embedding_models AS m WHERE m.user_id = '*' AND m.model_id = recall.embedding_model
+        ) THEN prme._valid_embedding(recall.embedding_model, recall.query_embedding)
+    END;
     v_vectors text := prme._vector_schema();
     v_lexemes text[];
     v_nearest text;

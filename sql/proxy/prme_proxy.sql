@@ -270,7 +270,7 @@ AS $$
     RUN ON prme.route(user_id);
 $$;
 COMMENT ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text) IS
-'Creates a memory for user_id and journals it as a create record. next_review_at defaults to now plus the review cadence of its stability (the owner''s setting); ''infinity'' means no review schedule (stored as NULL). node_id may be given (PR409 if taken); otherwise a random one is chosen. embedding, a vector of the content by the registered model embedding_model, is stored beside the memory (not journaled). Invalid arguments raise PR422.';
+'Creates a memory for user_id and journals it as a create record. next_review_at defaults to now plus the review cadence of its stability (the owner''s setting); ''infinity'' means no review schedule (stored as NULL). node_id may be given (PR409 if taken); otherwise a random one is chosen. embedding, a vector of the content by the model embedding_model (registered by its first vector), is stored beside the memory (not journaled). Invalid arguments raise PR422.';
 REVOKE ALL ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.add_node(text,text,text,text,text,numeric,numeric,text,text,timestamp with time zone,uuid,real[],text) TO prme_app;
 

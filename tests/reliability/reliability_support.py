@@ -148,6 +148,7 @@ SAMPLES: dict[tuple[str, str], Any] = {
     ("payload", "jsonb"): OPERATION_PAYLOAD,
     ("payload_hash", "text"): hashlib.sha256(rfc8785.dumps(OPERATION_PAYLOAD)).hexdigest(),
     ("value", "jsonb"): {"b": 1, "a": [1.5, "x"]},
+    ("items", "jsonb"): [{"content": "a batch's note of the caller's own"}],
     ("model_id", "text"): "test-model-3",
     ("dimensions", "integer"): 3,
     ("user_ids", "text[]"): [],

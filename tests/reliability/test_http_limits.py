@@ -328,7 +328,13 @@ def test_ready_needs_no_token_and_shows_no_owner(base: str, tokens: dict[str, st
     assert response.status_code == 200
     assert response.json() == {
         "status": "ready",
-        "capabilities": {"storage": True, "ledger": True, "executor": True},
+        "capabilities": {
+            "storage": True,
+            "ledger": True,
+            "executor": True,
+            "model_executor": True,
+            "search_index": True,
+        },
         "ingestion_ready": True,
         "search_ready": True,
         "detail": "ready",
@@ -362,4 +368,10 @@ def test_executor_is_false_while_accepted_work_waits_for_it(base: str, db_dsn: s
     with _http(base, None) as http:
         response = http.get("/ready")
     assert response.status_code == 200  # informative: submits are still taken
-    assert response.json()["capabilities"] == {"storage": True, "ledger": True, "executor": False}
+    assert response.json()["capabilities"] == {
+        "storage": True,
+        "ledger": True,
+        "executor": False,
+        "model_executor": True,
+        "search_index": True,
+    }

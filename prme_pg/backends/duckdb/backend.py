@@ -24,9 +24,9 @@ from .. import (
     AuthenticateApiToken,
     CreateApiToken,
     CreateMaintenancePatch,
-    EmbeddingStatusRequest,
     FindNodes,
     GetCurrentSnapshot,
+    GetEmbeddingStatus,
     GetJournalRecords,
     GetLedgerStatus,
     GetMaintenanceReport,
@@ -45,8 +45,8 @@ from .. import (
     ListNodeOutcomes,
     ListNodes,
     ListOperationEvents,
+    ListPendingEmbeddings,
     MarkReviewed,
-    PendingEmbeddings,
     PublishSnapshot,
     Recall,
     RecordOutcome,
@@ -216,11 +216,11 @@ class DuckDBBackend(
                 return self.apply_patch(request)
             case RegisterEmbeddingModel():
                 return self.register_embedding_model(request)
-            case PendingEmbeddings():
+            case ListPendingEmbeddings():
                 return self.pending_embeddings(request)
             case StoreEmbeddings():
                 return self.store_embeddings(request)
-            case EmbeddingStatusRequest():
+            case GetEmbeddingStatus():
                 return self.embedding_status(request)
             case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():
                 raise NotOnPack(

@@ -12,7 +12,7 @@ import numpy as np
 from ...embeddings import MAX_DIMENSIONS, MAX_MODEL_ID_LENGTH, Vector
 from ...errors import IdempotencyConflict, InvalidInput
 from ...models import EmbeddingStatus, PendingEmbedding
-from .. import EmbeddingStatusRequest, PendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
+from .. import GetEmbeddingStatus, ListPendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
 from .connection import PackConnection
 
 _MAX_ERROR_LENGTH = 2000
@@ -82,6 +82,26 @@ def _model_dimensions(con: duckdb.DuckDBPyConnection, model_id: str) -> int:
     return int(row[0])
 
 
+def register_first_vector(
+    con: duckdb.DuckDBPyConnection, model_id: str | None, embedding: Vector | None, now: object
+) -> None:
+    """A model's first vector registers it with its dimensions (prme.add_node does the same)."""
+    if embedding is None or model_id is None:
+        return
+    known = con.execute(
+        "SELECT 1 FROM prme.embedding_models WHERE user_id = '*' AND model_id = $model_id", {"model_id": model_id}
+    ).fetchone()
+    if known is None:
+        dimensions = int(np.size(embedding))
+        if not 1 <= dimensions <= MAX_DIMENSIONS:
+            raise InvalidInput(f"embedding dimensions must be between 1 and {MAX_DIMENSIONS}")
+        con.execute(
+            "INSERT INTO prme.embedding_models (user_id, model_id, dimensions, created_at) "
+            "VALUES ('*', $model_id, $dimensions, $now)",
+            {"model_id": _valid_model_id(model_id), "dimensions": dimensions, "now": now},
+        )
+
+
 def valid_embedding(con: duckdb.DuckDBPyConnection, model_id: str | None, embedding: Vector | None) -> Vector | None:
     """prme._valid_embedding: the vector if it fits its registered model, else InvalidInput; None stays None."""
     if embedding is None:
@@ -129,7 +149,7 @@ class EmbeddingOperations(PackConnection):
 
         return self.run(work)
 
-    def pending_embeddings(self, request: PendingEmbeddings) -> list[PendingEmbedding]:
+    def pending_embeddings(self, request: ListPendingEmbeddings) -> list[PendingEmbedding]:
         if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 10000:
             raise InvalidInput("max_count must be between 1 and 10000")
         params: dict[str, Any] = {
@@ -174,7 +194,7 @@ class EmbeddingOperations(PackConnection):
 
         return self.run(work)
 
-    def embedding_status(self, request: EmbeddingStatusRequest) -> EmbeddingStatus:
+    def embedding_status(self, request: GetEmbeddingStatus) -> EmbeddingStatus:
         def work(con: duckdb.DuckDBPyConnection) -> EmbeddingStatus:
             model = con.execute(
                 "SELECT dimensions FROM prme.embedding_models WHERE user_id = '*' AND model_id = $model_id",

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -31,7 +31,7 @@ from .. import (
     Reinforce,
 )
 from .connection import PackConnection, _Retry
-from .embeddings import _model_dimensions, valid_embedding
+from .embeddings import _model_dimensions, register_first_vector, valid_embedding
 from .maintenance import _setting
 from .records import create_entry, reinforce_entry
 from .rows import _CONFIRM_NAMES, _NODE_COLUMNS, _event, _fetch_dicts, _node, _node_from_values
@@ -111,7 +111,11 @@ _ZERO = Decimal("0.0000")
 
 
 def _valid_item_embedding(
-    con: duckdb.DuckDBPyConnection, dimensions: dict[str, int], model_id: str | None, embedding: Vector | None
+    con: duckdb.DuckDBPyConnection,
+    dimensions: dict[str, int],
+    model_id: str | None,
+    embedding: Vector | None,
+    now: datetime,
 ) -> Vector | None:
     """valid_embedding, each model's dimensions read once per batch."""
     if embedding is None:
@@ -119,6 +123,7 @@ def _valid_item_embedding(
     if model_id is None:
         raise InvalidInput("an embedding needs its embedding_model")
     if model_id not in dimensions:
+        register_first_vector(con, model_id, embedding, now)
         dimensions[model_id] = _model_dimensions(con, model_id)
     vector = np.asarray(embedding, dtype=np.float32)
     if vector.ndim != 1 or vector.size != dimensions[model_id]:
@@ -279,6 +284,7 @@ class NodeOperations(PackConnection):
 
         def work(con: duckdb.DuckDBPyConnection) -> Node:
             now = self._clock()
+            register_first_vector(con, request.embedding_model, request.embedding, now)
             vector = valid_embedding(con, request.embedding_model, request.embedding)
             state = self._new_state(con, params, request.node_id, now, now, {})
             self._write_new(con, [state], [(request.embedding_model, vector)], now)
@@ -336,7 +342,7 @@ class NodeOperations(PackConnection):
                     nodes.append(_node(row, replayed=True))
                     continue
                 try:
-                    vector = _valid_item_embedding(con, dimensions, item.embedding_model, item.embedding)
+                    vector = _valid_item_embedding(con, dimensions, item.embedding_model, item.embedding, now)
                 except InvalidInput as exc:
                     raise InvalidInput(f"items[{index}]: {exc}") from None
                 state = self._new_state(con, params, node_id, now, created_at or now, cadences)

@@ -220,7 +220,16 @@ class RecallOperations(PackConnection):
                 "as_of": as_of or self._clock(),
                 "max_count": request.max_count,
             }
-            vector = valid_embedding(con, request.embedding_model, request.query_embedding)
+            vector = None
+            # A model no memory has a vector of yet is not registered: nothing to compare, so words.
+            if (
+                request.embedding_model is None
+                or con.execute(
+                    "SELECT 1 FROM prme.embedding_models WHERE user_id = '*' AND model_id = $model_id",
+                    {"model_id": request.embedding_model},
+                ).fetchone()
+            ):
+                vector = valid_embedding(con, request.embedding_model, request.query_embedding)
             if blank:
                 rows = con.execute(RECALL_ALL, params).fetchall()
             else:
