@@ -50,6 +50,7 @@ from .backends import (
     ListNodeOutcomes,
     NodeItem,
     PublishSnapshot,
+    RegisterEmbeddingModel,
     ReplayNode,
     ResetMaintenanceSettings,
     RevokeApiToken,
@@ -270,6 +271,15 @@ class AsyncMemoryClient:
     def embedder_loaded(self) -> bool:
         """Whether the embedder has been loaded (the first write or recall loads it)."""
         return self._embeddings.loaded
+
+    async def warm_up(self) -> None:
+        """Load the embedder and register its model now, as a server does when it starts: the first
+        request then neither loads the model nor waits on another request's first vector."""
+        embedder = await asyncio.to_thread(self._embeddings.embedder)
+        if embedder is not None:
+            await self._backend.execute(
+                RegisterEmbeddingModel(model_id=embedder.model_id, dimensions=embedder.dimensions)
+            )
 
     async def embedding_status(self) -> EmbeddingStatus | None:
         """For the client's embedder (None without one): whether the engine searches by meaning, and how

@@ -73,6 +73,7 @@ from .backends import (
     PublishSnapshot,
     Recall,
     RecordOutcome,
+    RegisterEmbeddingModel,
     Reinforce,
     ReplayNode,
     Request,
@@ -789,6 +790,13 @@ class MemoryClient:
     def embedder_loaded(self) -> bool:
         """Whether the embedder has been loaded (the first write or recall loads it)."""
         return self._embeddings.loaded
+
+    def warm_up(self) -> None:
+        """Load the embedder and register its model now, as a server does when it starts: the first
+        request then neither loads the model nor waits on another request's first vector."""
+        embedder = self._embeddings.embedder()
+        if embedder is not None:
+            self._backend.execute(RegisterEmbeddingModel(model_id=embedder.model_id, dimensions=embedder.dimensions))
 
     def embedding_status(self) -> EmbeddingStatus | None:
         """For the client's embedder (None without one): whether the engine searches by meaning, and how

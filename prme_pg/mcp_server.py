@@ -502,6 +502,10 @@ async def run(
     options: dict[str, Any] = {"max_size": pool_size} if is_dsn(target) else {}
     limits = limits or Limits()
     async with AsyncMemoryClient(target, **options) as client:
+        try:
+            await client.warm_up()  # the model loaded and registered before the first tool call
+        except (PrmeError, psycopg.Error) as exc:
+            logging.getLogger("prme_pg.mcp").warning("the embedder could not be warmed up: %s", exc)
         if transport == "stdio":
             if user_id is None:
                 raise ValueError("stdio serves one owner: pass --user")

@@ -19,14 +19,17 @@ errors, which :mod:`.problems` answers as problem+json. To add a capability, wri
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
+import psycopg
 from fastapi import APIRouter, Depends, FastAPI
 
 from .. import __version__
 from ..aio import AsyncMemoryClient
+from ..errors import PrmeError
 from . import console, ledger, maintenance, nodes, ops, recall, review
 from .dependencies import json_body, known_query
 from .gate import PUBLIC_PATHS, PUBLIC_PREFIX, OwnerGate, TrustedLoopback, is_public
@@ -80,6 +83,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with client:
+            try:
+                await client.warm_up()
+            except (PrmeError, psycopg.Error) as exc:  # /ready says so; recall falls back to words
+                logging.getLogger("prme_pg.http").warning("the embedder could not be warmed up: %s", exc)
             yield
 
     app = FastAPI(
