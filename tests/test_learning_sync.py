@@ -195,11 +195,12 @@ def test_a_scripted_session_ends_with_exactly_the_expected_memories(tmp_path: Pa
     end = end_state(db_dsn)
     assert end["operations"] == sorted((str(i), k, "committed") for k, i in ids.items())
     assert [(n[1], n[2], n[3], n[4], n[5]) for n in end["nodes"]] == [
-        ("personal", "I deploy on Fridays", 1, "0.5000", "0.0000"),
         ("personal", "Lives in Berlin", 2, "0.5500", "0.1500"),
         ("project-x", "Prefers tabs for indentation", 1, "0.5000", "0.0000"),
+        # "remember that I deploy on Fridays", stored as a statement about the user (issue 33)
+        ("personal", "The user deploys on Fridays", 1, "0.5000", "0.0000"),
     ]
-    assert end["nodes"][0][0] == str(fridays)
+    assert next(n[0] for n in end["nodes"] if n[2] == "The user deploys on Fridays") == str(fridays)
     assert end["outcomes"] == [
         ("Lives in Berlin", "explicit_reinforcement", "reinforce", None),
         ("Prefers tabs for indentation", "explicit_correction", "link_correction", "session-7"),
@@ -216,7 +217,7 @@ def test_a_scripted_session_ends_with_exactly_the_expected_memories(tmp_path: Pa
     assert personal.generation_id == heads["personal"][1] != before["personal"].generation_id
     assert [item["content"] for item in json.loads(personal.document)["items"]] == [
         "Lives in Berlin",
-        "I deploy on Fridays",
+        "The user deploys on Fridays",
     ]
     published = LearningQueue(pack).publications.get(str(record_id))
     assert published == ("published", {**published[1], "scopes": [f"{ALICE}/personal"]})

@@ -155,7 +155,7 @@ def test_upgrading_from_0009_keeps_everything_and_reads_old_memories(pg_server: 
         every = migrations.load_migrations()
         with psycopg.connect(dsn, autocommit=True) as conn:
             migrations.migrate(conn, [m for m in every if m.version < 10])
-        with MemoryClient(dsn) as memory:
+        with MemoryClient(dsn, embedder=False) as memory:  # 0009 has no vectors
             event = memory.add_event("I drink tea", user_id=ALICE)
             node = memory.add_node("Drinks tea", user_id=ALICE)
             memory.reinforce(node.id, event.id, user_id=ALICE)

@@ -162,6 +162,7 @@ __all__ = [
     "ADD_EVENT",
     "ADD_NODE",
     "ADD_NODES",
+    "ADD_NODE_EMBEDDED",
     "ARCHIVE_NODE",
     "ASSEMBLE_PROMPT",
     "AUTHENTICATE_API_TOKEN",
@@ -177,6 +178,7 @@ __all__ = [
     "PUBLISH_SNAPSHOT",
     "READINESS",
     "RECALL",
+    "RECALL_EMBEDDED",
     "REGISTER_EMBEDDING_MODEL",
     "REINFORCE",
     "REPLAY_NODE",
@@ -199,6 +201,13 @@ T = TypeVar("T")
 # -- statements ----------------------------------------------------------------
 
 ADD_NODE: LiteralString = (
+    "SELECT * FROM prme.add_node(user_id => %(user_id)s, content => %(content)s, scope => %(scope)s, "
+    "namespace => %(namespace)s, kind => %(kind)s, confidence_base => %(confidence_base)s, "
+    "salience_base => %(salience_base)s, stability => %(stability)s, decay_profile => %(decay_profile)s, "
+    "next_review_at => %(next_review_at)s, node_id => %(node_id)s)"
+)
+# With its vector (migration 0022 on): a call without one stays the call every release takes.
+ADD_NODE_EMBEDDED: LiteralString = (
     "SELECT * FROM prme.add_node(user_id => %(user_id)s, content => %(content)s, scope => %(scope)s, "
     "namespace => %(namespace)s, kind => %(kind)s, confidence_base => %(confidence_base)s, "
     "salience_base => %(salience_base)s, stability => %(stability)s, decay_profile => %(decay_profile)s, "
@@ -274,6 +283,13 @@ REVOKE_API_TOKEN: LiteralString = (
 READINESS: LiteralString = "SELECT accepts_writes, applied_migrations FROM prme.readiness()"
 # as_of NULL means now inside prme.recall, so the default needs no special case.
 RECALL: LiteralString = (
+    "SELECT rank, score, relevance, effective_salience, effective_confidence, id, namespace, scope, kind, "
+    "content, lifecycle_state, decay_profile, confidence_base, salience_base, reinforcement_boost, "
+    "last_reinforced_at, created_at, updated_at, version "
+    "FROM prme.recall(user_id => %(user_id)s, query => %(query)s::text, scopes => %(scopes)s::text[], "
+    "max_count => %(max_count)s::integer, as_of => %(as_of)s::timestamptz)"
+)
+RECALL_EMBEDDED: LiteralString = (
     "SELECT rank, score, relevance, effective_salience, effective_confidence, id, namespace, scope, kind, "
     "content, lifecycle_state, decay_profile, confidence_base, salience_base, reinforcement_boost, "
     "last_reinforced_at, created_at, updated_at, version "
@@ -805,7 +821,7 @@ def statement(request: Request[T]) -> Call[T]:
             call = Call(GET_NODE, {"user_id": request.user_id, "node_id": request.node_id}, node_row)
         case AddNode():
             call = Call(
-                ADD_NODE,
+                ADD_NODE if request.embedding is None else ADD_NODE_EMBEDDED,
                 {
                     "user_id": request.user_id,
                     "content": request.content,
@@ -941,7 +957,7 @@ def statement(request: Request[T]) -> Call[T]:
             call = Call(READINESS, {}, tuple_row, readiness_of_shards)
         case Recall():
             call = Call(
-                RECALL,
+                RECALL if request.query_embedding is None else RECALL_EMBEDDED,
                 {
                     "user_id": request.user_id,
                     "query": request.query,
