@@ -1148,3 +1148,13 @@ def test_injected_clock_and_ids_make_a_pack_reproducible(tmp_path: Path) -> None
             journals.append([(r.record, r.checksum) for r in records])
     assert journals[0] == journals[1]
     assert (tmp_path / "a" / PACK_FILE).exists()
+
+
+@pytest.mark.parametrize("zero", [Decimal("-0"), Decimal("-0.0000"), "-0.0", -0.0])
+def test_negative_zero_is_zero_in_the_record(engine: Engine, memory: MemoryClient, zero: Any) -> None:
+    """A numeric has no negative zero: the create record says 0 on both engines (the pack built
+    "-0", which is not RFC 8785, once its records were built in Python)."""
+    node = memory.add_node("a memory", user_id=ALICE, confidence_base=zero, salience_base=zero)
+    assert (node.confidence_base, node.salience_base) == (Decimal("0"), Decimal("0"))
+    assert memory.verify_journal(user_id=ALICE, independent=True) == []
+    assert memory.verify_journal(user_id=ALICE) == []

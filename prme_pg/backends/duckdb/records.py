@@ -31,8 +31,9 @@ def _json_time_text(value: datetime | None) -> str:
 
 
 def _fraction_text(value: Decimal) -> str:
-    # trim_scale(numeric(5, 4))::text: 0.6500 -> 0.65, 1.0000 -> 1, 0.0000 -> 0.
-    return format(value.normalize(), "f")
+    # trim_scale(numeric(5, 4))::text: 0.6500 -> 0.65, 1.0000 -> 1, 0.0000 -> 0. A numeric has no
+    # negative zero: Decimal("-0") is 0 (adding 0 drops the sign).
+    return format((value + 0).normalize(), "f")
 
 
 def node_state_text(node: Mapping[str, Any]) -> str:
