@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from prme_pg import InvalidInput
-from prme_pg.backends import AddNodes
+from prme_pg.backends import AddNodes, RegisterEmbeddingModel
 from prme_pg.bulk import import_lines
 from prme_pg.client import node_item
 from prme_pg.embeddings import Embedder, default_embedder
@@ -122,8 +122,11 @@ def test_a_bad_vector_refuses_the_whole_batch_naming_its_item(engine: Engine, ve
     good[2] = dataclasses.replace(good[2], embedding=np.asarray(vector, dtype=np.float32))
     with pytest.raises(InvalidInput, match=message.replace("[", r"\[")):
         memory._backend.execute(AddNodes(user_id=ALICE, items=tuple(good)))
-    good[2] = dataclasses.replace(good[2], embedding_model="no-such-model")
-    with pytest.raises(InvalidInput, match=r"items\[2\]: unknown embedding model 'no-such-model'"):
+    # A model's first vector registers it with its dimensions; a vector of a model registered
+    # with other dimensions is refused.
+    memory._backend.execute(RegisterEmbeddingModel(model_id="eight-dims", dimensions=8))
+    good[2] = dataclasses.replace(good[2], embedding=vectors[2], embedding_model="eight-dims")
+    with pytest.raises(InvalidInput, match=r"items\[2\]: embedding must have 8 dimensions for model 'eight-dims'"):
         memory._backend.execute(AddNodes(user_id=ALICE, items=tuple(good)))
     good[2] = dataclasses.replace(good[2], embedding_model=None)
     with pytest.raises(InvalidInput, match=r"items\[2\]: an embedding needs its embedding_model"):
