@@ -284,18 +284,18 @@ class AsyncMemoryClient:
     async def embedding_status(self) -> EmbeddingStatus | None:
         """For the client's embedder (None without one): whether the engine searches by meaning, and how
         many memories of every owner await a vector (``prme.embedding_status``; docs/RECALL.md)."""
-        embedder = await self._registered_embedder()
+        embedder = await self._loaded_embedder()
         if embedder is None:
             return None
         return await self._backend.execute(GetEmbeddingStatus(model_id=embedder.model_id))
 
-    async def _registered_embedder(self) -> Embedder | None:
-        # Loading the model reads 16 MB from disk: in a thread, off the event loop.
-        # No call to the engine: a model's first vector registers it (prme.add_node).
+    async def _loaded_embedder(self) -> Embedder | None:
+        # Loading the model reads 16 MB from disk: in a thread, off the event loop. No call to
+        # the engine: a model's first vector registers it (prme.add_node).
         return await asyncio.to_thread(self._embeddings.embedder)
 
     async def _content_vector(self, content: str, embedding: object) -> tuple[Vector | None, str | None]:
-        embedder = await self._registered_embedder()
+        embedder = await self._loaded_embedder()
         if embedder is None:
             if embedding is not None:
                 raise no_embedder("embedding")
@@ -313,7 +313,7 @@ class AsyncMemoryClient:
         IdempotencyConflict) whose message starts with ``items[N]``. As add_node, the client's
         embedder embeds each item's content (an item's ``embedding``, a vector by that model, is
         stored as given), the whole batch in one call of the model. See docs/IMPORT.md."""
-        embedder = await self._registered_embedder()
+        embedder = await self._loaded_embedder()
         # The model runs once for the batch, in a thread, off the event loop.
         request = await asyncio.to_thread(add_nodes_request, items, user_id, embedder)
         return await self._backend.execute(request)
@@ -461,7 +461,7 @@ class AsyncMemoryClient:
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
         """
         request = recall_request(query, user_id, scopes, max_count, as_of)
-        embedder = await self._registered_embedder()
+        embedder = await self._loaded_embedder()
         if embedder is None:
             if query_embedding is not None:
                 raise no_embedder("query_embedding")

@@ -801,17 +801,13 @@ class MemoryClient:
     def embedding_status(self) -> EmbeddingStatus | None:
         """For the client's embedder (None without one): whether the engine searches by meaning, and how
         many memories of every owner await a vector (``prme.embedding_status``; docs/RECALL.md)."""
-        embedder = self._registered_embedder()
+        embedder = self.embedder
         if embedder is None:
             return None
         return self._backend.execute(GetEmbeddingStatus(model_id=embedder.model_id))
 
-    def _registered_embedder(self) -> Embedder | None:
-        # No call to the engine: a model's first vector registers it (prme.add_node).
-        return self._embeddings.embedder()
-
     def _content_vector(self, content: str, embedding: object) -> tuple[Vector | None, str | None]:
-        embedder = self._registered_embedder()
+        embedder = self.embedder
         if embedder is None:
             if embedding is not None:
                 raise no_embedder("embedding")
@@ -829,7 +825,7 @@ class MemoryClient:
         IdempotencyConflict) whose message starts with ``items[N]``. As add_node, the client's
         embedder embeds each item's content (an item's ``embedding``, a vector by that model, is
         stored as given), the whole batch in one call of the model. See docs/IMPORT.md."""
-        return self._backend.execute(add_nodes_request(items, user_id, self._registered_embedder()))
+        return self._backend.execute(add_nodes_request(items, user_id, self.embedder))
 
     def add_event(
         self,
@@ -971,7 +967,7 @@ class MemoryClient:
         (``None`` = all) filters; ``max_count`` is 1..1000; ``as_of`` defaults to now.
         """
         request = recall_request(query, user_id, scopes, max_count, as_of)
-        embedder = self._registered_embedder()
+        embedder = self.embedder
         if embedder is None:
             if query_embedding is not None:
                 raise no_embedder("query_embedding")
