@@ -5,6 +5,7 @@ Run from the repository root:
     .venv/bin/python bench/schema_cost_bench.py                      # the last migration vs the one before
     .venv/bin/python bench/schema_cost_bench.py --old 6 --new 7 --extra-sql FILE   # FILE run on top of --new
     .venv/bin/python bench/schema_cost_bench.py --workload submit --old 12 --new 12 --extra-sql FILE
+    .venv/bin/python bench/schema_cost_bench.py --workload add-embedded   # add_node with a vector
 
 It starts a throwaway cluster (synchronous_commit off: this measures server work, not
 the disk), builds four databases -- old, new, and a second copy of each as the noise
@@ -39,6 +40,12 @@ BENCH_DIR = Path(__file__).resolve().parent
 WORKLOADS = {
     "reinforce": BENCH_DIR / "pgbench" / "reinforce_fresh.sql",
     "submit": BENCH_DIR / "pgbench" / "submit_fresh.sql",
+    "add-embedded": BENCH_DIR / "pgbench" / "add_node_embedded.sql",
+}
+TITLES = {
+    "reinforce": "prme.reinforce, fresh keys",
+    "submit": "prme.submit_operation, new ids",
+    "add-embedded": "prme.add_node with a 256-dimension vector",
 }
 NODES, OWNERS = 10_000, 100
 
@@ -89,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(WORKLOADS),
         default="reinforce",
         help="reinforce: a fresh confirmation (pgbench/reinforce_fresh.sql); submit: a new ledger operation "
-        "(pgbench/submit_fresh.sql; the executor's hash check is not run)",
+        "(pgbench/submit_fresh.sql; the executor's hash check is not run); add-embedded: a new memory with its "
+        "vector (pgbench/add_node_embedded.sql)",
     )
     args = parser.parse_args(argv)
     extra = args.extra_sql.read_text() if args.extra_sql else ""
@@ -118,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster.destroy()
     base = statistics.median(rates["old"])
-    what = "prme.reinforce, fresh keys" if args.workload == "reinforce" else "prme.submit_operation, new ids"
+    what = TITLES[args.workload]
     table = Table(title=f"{what}, 4 clients: migration {args.old} vs {args.new}, one run")
     for column in ("schema", "per second (median)", "vs old"):
         table.add_column(column, justify="left" if column == "schema" else "right")

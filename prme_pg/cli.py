@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -244,6 +245,8 @@ def _require_dsn(args: argparse.Namespace) -> str:
 
 #: Seconds a command waits for the database to answer before it gives up: one line, exit 1.
 CONNECT_TIMEOUT = 5
+#: Seconds between the worker's moves of vectors into the vector index.
+INDEX_INTERVAL = 60.0
 
 
 class DatabaseUnreachable(PrmeError):
@@ -775,10 +778,18 @@ def _worker_embedding(
     if memory.embedder is None:
         return None
 
+    indexed_at = [-INDEX_INTERVAL]
+
     def embed() -> None:
-        summary = embed_pending(memory, count=False)
-        if summary.embedded or summary.failed:
-            log_line = f"embedded {summary.embedded} memories ({summary.failed} failed) with {summary.model_id}"
+        # Moving vectors into the index reads every owner's unindexed ones: once a minute.
+        index = time.monotonic() - indexed_at[0] >= INDEX_INTERVAL
+        summary = embed_pending(memory, count=False, index=index)
+        if index:
+            indexed_at[0] = time.monotonic()
+        if summary.embedded or summary.failed or summary.indexed:
+            log_line = f"embedded {summary.embedded} memories ({summary.failed} failed) with {summary.model_id}" + (
+                f", {summary.indexed} vectors moved into the index" if summary.indexed else ""
+            )
             if not quiet:
                 console.print(log_line, markup=False, highlight=False)
 
@@ -849,6 +860,7 @@ def cmd_embed(args: argparse.Namespace, console: Console) -> int:
                 batch_size=args.batch,
                 retry_failed=args.retry_failed,
                 progress=lambda done, total: progress.update(task, completed=done, total=total),
+                index_min_vectors=args.index_min_vectors,
             )
     if args.json:
         _print_json(dataclasses.asdict(summary))
@@ -857,6 +869,7 @@ def cmd_embed(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"{summary.embedded} embedded, {summary.failed} failed with {summary.model_id} "
         f"in {summary.seconds:.1f} s ({rate:,.0f}/s); {summary.pending} await a vector"
+        + (f"; {summary.indexed} moved into the vector index" if summary.indexed else "")
     )
     if summary.failed:
         console.print("failed memories are recorded; run again with --retry-failed to try them once more")
@@ -1842,6 +1855,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     embed.add_argument(
         "--retry-failed", action="store_true", help="try again the memories whose last attempt failed (default: no)"
+    )
+    embed.add_argument(
+        "--index-min-vectors",
+        type=_between(1, 1_000_000_000),
+        default=5000,
+        help="move an owner's vectors into the HNSW index from this many on (PostgreSQL; default 5000)",
     )
 
     snapshot = add("snapshot", "Publish or show a scope's snapshot generation.", lambda a, c: _usage(snapshot))

@@ -6,7 +6,9 @@ pass pages through every owner's recallable memories lacking a vector by the cli
 embedder, in batches: embed the batch, store it, go on. It is restartable by construction
 (it asks the engine what is still missing) and writes nothing else: a vector is derived
 state, never journaled (docs/RECALL.md). A text the model fails on is recorded as a failure
-for that memory and the pass goes on; ``retry_failed`` tries those again.
+for that memory and the pass goes on; ``retry_failed`` tries those again. Then the vectors
+of owners with many are moved into the engine's vector index (PostgreSQL's HNSW index, by
+``prme.index_embeddings``; a pack has none), so that their recall does not scan them all.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from uuid import UUID
 
 import numpy as np
 
-from .backends import ListPendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
+from .backends import IndexEmbeddings, ListPendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
 from .client import MemoryClient
 from .embeddings import Embedder, EmbeddingError, Vectors, embed_texts
 from .errors import InvalidInput
 from .models import EmbeddingStatus, PendingEmbedding
 
-__all__ = ["DEFAULT_BATCH", "EmbedSummary", "embed_pending", "embedding_status"]
+__all__ = ["DEFAULT_BATCH", "INDEX_MIN_VECTORS", "EmbedSummary", "embed_pending", "embedding_status"]
 
 DEFAULT_BATCH = 1000
+#: An owner's vectors go into the index from this many on: below it, recall's exact scan of
+#: them costs about what a search of the index does (docs/RECALL.md, "Scale").
+INDEX_MIN_VECTORS = 5000
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,7 @@ class EmbedSummary:
     seconds: float
     pending: int | None  # None when the pass was asked not to count (counting reads every memory)
     vector_search: bool | None
+    indexed: int = 0  # vectors moved into the engine's vector index
 
 
 def _embedder(client: MemoryClient) -> Embedder:
@@ -84,13 +90,20 @@ def embed_pending(
     progress: Callable[[int, int], None] | None = None,
     stop: threading.Event | None = None,
     count: bool = True,
+    index: bool = True,
+    index_min_vectors: int = INDEX_MIN_VECTORS,
 ) -> EmbedSummary:
     """One pass over every memory awaiting a vector by the client's embedder; ``progress(done, total)`` per batch.
 
     ``count=False`` skips counting what awaits a vector before and after (a read of every
-    memory: the worker, which passes after each batch it commits, does without)."""
+    memory: the worker, which passes after each batch it commits, does without).
+    ``index=False`` leaves the vector index alone (the worker moves vectors into it less
+    often than it embeds); otherwise the vectors of owners with ``index_min_vectors`` or more
+    are moved into it after the pass."""
     if not 1 <= batch_size <= 10000:
         raise InvalidInput(f"batch_size must be between 1 and 10000, got {batch_size}")
+    if not 1 <= index_min_vectors <= 1_000_000_000:
+        raise InvalidInput(f"index_min_vectors must be between 1 and 1000000000, got {index_min_vectors}")
     embedder = _embedder(client)
     started = time.perf_counter()
     backend = client.backend
@@ -126,6 +139,12 @@ def embed_pending(
         after = (batch[-1].user_id, batch[-1].node_id)
         if progress is not None:
             progress(embedded + failed, max(total, embedded + failed))
+    indexed = 0
+    while index and (stop is None or not stop.is_set()):
+        moved = backend.execute(IndexEmbeddings(model_id=embedder.model_id, min_vectors=index_min_vectors))
+        indexed += moved
+        if not moved:
+            break
     remaining = embedding_status(client) if count else None
     return EmbedSummary(
         model_id=embedder.model_id,
@@ -135,4 +154,5 @@ def embed_pending(
         seconds=time.perf_counter() - started,
         pending=None if remaining is None else remaining.pending,
         vector_search=None if remaining is None else remaining.vector_search,
+        indexed=indexed,
     )

@@ -52,7 +52,14 @@ PER_SHARD = frozenset({"readiness", "ledger_status"})
 # Every shard: the executor, and the embedding worker's calls (a model is registered on
 # every shard; each shard lists and stores the vectors of its own owners' memories).
 ON_ALL = frozenset(
-    {"run_operations", "register_embedding_model", "pending_embeddings", "store_embeddings", "embedding_status"}
+    {
+        "run_operations",
+        "register_embedding_model",
+        "pending_embeddings",
+        "store_embeddings",
+        "embedding_status",
+        "index_embeddings",
+    }
 )
 
 

@@ -334,3 +334,149 @@ def test_prme_embedder_none_turns_embedding_off(db_dsn: str) -> None:
     assert bad.returncode == 2  # a configuration the user gave: a usage error
     assert bad.stderr.count("\n") == 1 and "no embedder named 'nonsense'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+# -- the vector index (PostgreSQL's HNSW index for owners with many vectors) -------------------
+
+WORDS = ["tea", "coffee", "garden", "train", "piano", "river", "winter", "market", "letter", "bicycle"]
+
+
+def _corpus(conn: psycopg.Connection[Any], owner: str, count: int, rng: np.random.Generator) -> list[str]:
+    """count memories of owner, a few words each, with random unit vectors of model unit-16."""
+    vectors = rng.normal(size=(count, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = []
+    for row in vectors:
+        words = " ".join(rng.choice(WORDS, size=3, replace=False))
+        node = conn.execute(
+            "SELECT id FROM prme.add_node(%s, %s, embedding => %s::real[], embedding_model => 'unit-16')",
+            [owner, f"{owner} likes {words}", row.tolist()],
+        ).fetchone()
+        assert node is not None
+        ids.append(str(node[0]))
+    return ids
+
+
+def _recall(conn: psycopg.Connection[Any], owner: str, query: str, vector: Any, count: int = 10) -> list[Any]:
+    return conn.execute(
+        "SELECT id, score FROM prme.recall(%s, %s, max_count => %s, as_of => '2030-01-01', "
+        "query_embedding => %s::real[], embedding_model => 'unit-16')",
+        [owner, query, count, vector.tolist()],
+    ).fetchall()
+
+
+def _index_scans(conn: psycopg.Connection[Any]) -> int:
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    row = conn.execute(
+        "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = prme._vector_index('unit-16')"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_recall_of_an_indexed_owner_goes_through_the_index_and_finds_what_the_scan_found(conn: Any) -> None:
+    rng = np.random.default_rng(31)
+    conn.execute("SELECT prme.register_embedding_model('unit-16', 16)")
+    _corpus(conn, "big", 150, rng)  # fewer than recall asks the index for: it returns them all
+    huge = _corpus(conn, "huge", 300, rng)
+    _corpus(conn, "small", 20, rng)
+    queries = rng.normal(size=(6, 16)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    # Archive huge's 150 memories nearest the first query: the first 200 candidates of its
+    # search then hold fewer than the 100 recall wants, and it searches again for more.
+    vectors = np.array(
+        conn.execute(
+            "SELECT array_agg(embedding::real[] ORDER BY node_id::text) FROM prme.node_embeddings"
+            " WHERE user_id = 'huge'"
+        ).fetchone()[0]
+    )
+    order = np.argsort(-(vectors @ queries[0]))
+    for index in order[:150]:
+        conn.execute("SELECT prme.archive_node('huge', %s)", [sorted(huge)[index]])
+    cases = [(owner, f"{WORDS[i]} {WORDS[i + 3]}", queries[i]) for owner in ("big", "huge") for i in range(6)]
+    before = [_recall(conn, owner, text, vector) for owner, text, vector in cases]
+    assert all(before)
+
+    assert conn.execute("SELECT indexed FROM prme.index_embeddings('unit-16', min_vectors => 100)").fetchone() == (450,)
+    moved = conn.execute(
+        "SELECT user_id, count(*) FILTER (WHERE indexed), count(*) FROM prme.node_embeddings GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert moved == [("big", 150, 150), ("huge", 300, 300), ("small", 0, 20)]
+    assert conn.execute("SELECT indexed FROM prme.index_embeddings('unit-16', min_vectors => 100)").fetchone() == (0,)
+
+    after = [_recall(conn, owner, text, vector) for owner, text, vector in cases]
+    assert after == before
+    # With so few vectors the planner may sort them rather than search the graph; without
+    # sorts it searches the graph, and finds the same.
+    scans = _index_scans(conn)
+    conn.execute("SET enable_sort = off")
+    after = [_recall(conn, owner, text, vector) for owner, text, vector in cases]
+    conn.execute("RESET enable_sort")
+    assert _index_scans(conn) >= scans + len(cases)
+    assert after == before
+    # The small owner is below the threshold: scanned, as before.
+    small = queries[1]
+    assert _recall(conn, "small", "tea", small) == _recall(conn, "small", "tea", small)
+
+    # A vector stored since is found by the scan of the unindexed ones, and moved next time.
+    new = conn.execute(
+        "SELECT id FROM prme.add_node('big', 'nothing in common', embedding => %s::real[],"
+        " embedding_model => 'unit-16')",
+        [queries[2].tolist()],
+    ).fetchone()[0]
+    assert _recall(conn, "big", "zzz", queries[2], 1)[0][0] == new
+    assert conn.execute("SELECT indexed FROM prme.index_embeddings('unit-16', min_vectors => 100)").fetchone() == (1,)
+    assert _recall(conn, "big", "zzz", queries[2], 1)[0][0] == new
+
+
+def test_recall_puts_the_callers_hnsw_settings_back(conn: Any) -> None:
+    rng = np.random.default_rng(7)
+    conn.execute("SELECT prme.register_embedding_model('unit-16', 16)")
+    _corpus(conn, "big", 30, rng)
+    conn.execute("SELECT prme.index_embeddings('unit-16', min_vectors => 10)")
+    conn.execute("SET hnsw.ef_search = 77")
+    assert _recall(conn, "big", "tea", np.ones(16, dtype=np.float32) / 4)
+    assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("77",)
+    assert conn.execute("SHOW hnsw.iterative_scan").fetchone() == ("off",)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ("prme.index_embeddings('unit-16', min_vectors => 0)", "min_vectors must be between 1 and 1000000000"),
+        ("prme.index_embeddings('unit-16', max_count => 100001)", "max_count must be between 1 and 100000"),
+        ("prme.index_embeddings('unit-16', max_count => NULL)", "max_count must be between 1 and 100000"),
+        ("prme.index_embeddings('no-such-model')", "unknown embedding model 'no-such-model'"),
+    ],
+)
+def test_index_embeddings_refuses_bad_arguments_and_moves_nothing(conn: Any, call: str, message: str) -> None:
+    conn.execute("SELECT prme.register_embedding_model('unit-16', 16)")
+    _corpus(conn, "big", 5, np.random.default_rng(3))
+    with pytest.raises(psycopg.Error, match=message) as caught:
+        conn.execute(f"SELECT * FROM {call}")
+    assert caught.value.sqlstate == "PR422"
+    assert conn.execute("SELECT count(*) FROM prme.node_embeddings WHERE indexed").fetchone() == (0,)
+
+
+def test_the_embedding_pass_moves_large_owners_into_the_index(engine: Engine) -> None:
+    words_only = engine.client(embedder=False)
+    for fact in FACTS:
+        words_only.add_node(fact, user_id=ALICE)
+    words_only.add_node("Bob drives a Tesla Model 3", user_id="bob")
+    memory = engine.client()
+    with pytest.raises(InvalidInput, match="index_min_vectors must be between 1 and 1000000000"):
+        embed_pending(memory, index_min_vectors=0)
+    summary = embed_pending(memory, index_min_vectors=len(FACTS))
+    # PostgreSQL moves alice's five (bob has one); a pack has no vector index and scans.
+    assert summary.indexed == (len(FACTS) if engine.name == "postgres" else 0)
+    assert memory.recall("does she have pets?", user_id=ALICE)[0].content == FACTS[2]
+    assert memory.recall("what car does bob own", user_id="bob")[0].content == FACTS[0]
+
+
+def test_without_pgvector_there_is_nothing_to_index(without_pgvector: str) -> None:
+    with psycopg.connect(without_pgvector, autocommit=True) as conn:
+        conn.execute("SELECT prme.register_embedding_model('unit-16', 16)")
+        conn.execute(
+            "SELECT prme.add_node('alice', 'x', embedding => %s::real[], embedding_model => 'unit-16')", [[0.25] * 16]
+        )
+        assert conn.execute("SELECT indexed FROM prme.index_embeddings('unit-16', min_vectors => 1)").fetchone() == (0,)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import subprocess
 import threading
@@ -953,3 +954,55 @@ def test_upgrading_to_row_rules_on_types_rewrites_nothing_and_keeps_every_rule(p
         assert first is not None and first[1] is False
         assert conn.execute(confirm).fetchone() == (first[0], True)
         assert conn.execute("SELECT * FROM prme.verify_journal('dave')").fetchall() == []
+
+
+def test_upgrading_to_recall_by_vector_index_keeps_every_vector_and_every_answer(pg_server: testing.Server) -> None:
+    """0025 adds `indexed` to node_embeddings (false for every stored vector), two partial
+    indexes and prme.index_embeddings, and rewrites recall: every row and vector is kept,
+    every recall by words and by meaning answers as before, and an owner's vectors can then
+    be moved into the HNSW index with the same answers."""
+    with filled_before(pg_server, "recall_by_vector_index") as (conn, every, target):
+        rng = random.Random(25)
+        conn.execute("SELECT prme.register_embedding_model('unit-8', 8)")
+        for owner, count in (("big", 40), ("alice", 6)):
+            for i in range(count):
+                vector = [rng.uniform(-1, 1) for _ in range(8)]
+                norm = sum(x * x for x in vector) ** 0.5
+                conn.execute(
+                    "SELECT prme.add_node(%s, %s, embedding => %s::real[], embedding_model => 'unit-8')",
+                    [
+                        owner,
+                        f"{owner} note {i} about {rng.choice(['tea', 'trains', 'rivers'])}",
+                        [x / norm for x in vector],
+                    ],
+                )
+        queries = [[rng.uniform(-1, 1) for _ in range(8)] for _ in range(4)]
+        recall = (
+            "SELECT id, score, relevance FROM prme.recall(%s, %s, as_of => '2030-01-01', query_embedding => %s::real[],"
+            " embedding_model => 'unit-8')"
+        )
+
+        def answers() -> list[Any]:
+            return [
+                conn.execute(recall, [owner, words, vector]).fetchall()
+                for owner in ("big", "alice")
+                for words in ("tea", "trains please", "nothing shared")
+                for vector in (*queries, None)
+            ]
+
+        vectors = "SELECT user_id, node_id, model_id, embedding::text, error, embedded_at FROM prme.node_embeddings"
+        vectors += " ORDER BY 1, 2"
+        before_rows = {t: v for t, v in _rows(conn).items() if t != "node_embeddings"}
+        before_vectors, before_answers = conn.execute(vectors).fetchall(), answers()
+        assert len(before_vectors) == 46 and sum(map(len, before_answers)) > 60, "not vacuous"
+
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+
+        assert {t: v for t, v in _rows(conn).items() if t != "node_embeddings"} == before_rows
+        assert conn.execute(vectors).fetchall() == before_vectors
+        assert conn.execute("SELECT count(*) FROM prme.node_embeddings WHERE indexed").fetchone() == (0,)
+        assert answers() == before_answers, "every recall answers as before"
+        assert conn.execute("SELECT indexed FROM prme.index_embeddings('unit-8', min_vectors => 20)").fetchone() == (
+            40,
+        )
+        assert answers() == before_answers, "and as before once big's vectors are in the index"

@@ -24,6 +24,7 @@ VERBS = {
     "Create",
     "Find",
     "Get",
+    "Index",
     "Is",
     "Link",
     "List",

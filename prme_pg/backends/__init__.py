@@ -77,6 +77,7 @@ __all__ = [
     "GetReadiness",
     "GetReceipt",
     "GetSnapshot",
+    "IndexEmbeddings",
     "IsCorrection",
     "LinkCorrection",
     "ListCorrectionInbox",
@@ -437,6 +438,17 @@ class StoreEmbeddings(Request[int]):
     # One row per item, the model's dimensions each; a failed item's row is ignored.
     vectors: Vectors = field(hash=False, repr=False, compare=False)
     errors: tuple[str | None, ...] = field(hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEmbeddings(Request[int]):
+    """Move vectors by model_id of owners with at least min_vectors into the engine's vector index; returns how many.
+
+    Engines without a vector index (the pack, a server without pgvector) move none."""
+
+    model_id: str
+    min_vectors: int = 5000
+    max_count: int = 10000
 
 
 @dataclass(frozen=True, slots=True)

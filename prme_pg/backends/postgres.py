@@ -87,6 +87,7 @@ from . import (
     GetReadiness,
     GetReceipt,
     GetSnapshot,
+    IndexEmbeddings,
     IsCorrection,
     LinkCorrection,
     ListCorrectionInbox,
@@ -309,6 +310,10 @@ PENDING_EMBEDDINGS: LiteralString = (
 STORE_EMBEDDINGS: LiteralString = (
     "SELECT stored FROM prme.store_embeddings(model_id => %(model_id)s, user_ids => %(user_ids)s::text[], "
     "node_ids => %(node_ids)s::uuid[], embeddings => %(embeddings)s::real[], errors => %(errors)s::text[])"
+)
+INDEX_EMBEDDINGS: LiteralString = (
+    "SELECT indexed FROM prme.index_embeddings(model_id => %(model_id)s, min_vectors => %(min_vectors)s::integer, "
+    "max_count => %(max_count)s::integer)"
 )
 EMBEDDING_STATUS: LiteralString = (
     "SELECT vector_search, registered, dimensions, pending, failed FROM prme.embedding_status(model_id => %(model_id)s)"
@@ -1002,6 +1007,13 @@ def statement(request: Request[T]) -> Call[T]:
                     "embeddings": Float4Array(request.vectors),
                     "errors": list(request.errors),
                 },
+                tuple_row,
+                lambda rows: sum(int(row[0]) for row in rows),
+            )
+        case IndexEmbeddings():
+            call = Call(
+                INDEX_EMBEDDINGS,
+                {"model_id": request.model_id, "min_vectors": request.min_vectors, "max_count": request.max_count},
                 tuple_row,
                 lambda rows: sum(int(row[0]) for row in rows),
             )

@@ -12,6 +12,12 @@
 --   node_embeddings    one row per memory and model: the vector, or the error of a
 --                      failed attempt (the worker records it and goes on).
 --
+-- Recall finds an owner's nearest vectors exactly, by a scan of the owner's rows,
+-- until prme.index_embeddings (run by `prme-pg embed` and the worker) has moved an
+-- owner with many vectors into the model's HNSW index (`indexed`): recall then asks
+-- the index for those and scans the few stored since (docs/RECALL.md, "Scale"). A
+-- vector is stored unindexed, so writing one never waits on the graph.
+--
 -- The vector column is pgvector's `vector` when the server has pgvector (010 creates
 -- the extension), else real[]: the schema applies on a server without pgvector, and
 -- recall is then lexical (prme._vector_schema() is NULL). prme.enable_vector_search()
@@ -49,6 +55,7 @@ BEGIN
             embedding %s,
             error text CHECK (octet_length(error) <= 2000),
             embedded_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+            indexed boolean NOT NULL DEFAULT false,
             PRIMARY KEY (user_id, model_id, node_id),
             FOREIGN KEY (user_id, node_id) REFERENCES prme.nodes (user_id, id),
             CHECK ((embedding IS NULL) <> (error IS NULL))
@@ -62,6 +69,18 @@ $table$;
 COMMENT ON TABLE prme.node_embeddings IS
 'Derived state: a memory''s embedding by one model (pgvector''s vector, or real[] on a server without pgvector), '
 'or the error of a failed attempt. Not journaled. See docs/RECALL.md.';
+COMMENT ON COLUMN prme.node_embeddings.indexed IS
+'Whether the vector is in its model''s HNSW index (prme.index_embeddings moves the vectors of owners with many); '
+'recall scans the others exactly.';
+
+-- The vectors recall scans exactly: every owner's until the owner's are indexed, then
+-- those stored since. Also how prme.index_embeddings finds what to move.
+CREATE INDEX node_embeddings_unindexed_idx ON prme.node_embeddings (model_id, user_id, node_id)
+WHERE NOT indexed AND embedding IS NOT NULL;
+
+-- The owners whose vectors of a model are indexed (recall's choice of path).
+CREATE INDEX node_embeddings_indexed_idx ON prme.node_embeddings (user_id, model_id)
+WHERE indexed;
 
 CREATE FUNCTION prme._vector_schema()
 RETURNS text
@@ -345,3 +364,113 @@ COMMENT ON FUNCTION prme.embedding_status(text) IS
 
 REVOKE ALL ON FUNCTION prme.embedding_status(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.embedding_status(text) TO prme_app;
+
+CREATE FUNCTION prme._vector_index(model_id text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+RETURN 'node_embeddings_hnsw_' || substr(encode(sha256(convert_to(model_id, 'UTF8')), 'hex'), 1, 16);
+
+COMMENT ON FUNCTION prme._vector_index(text) IS
+'Internal: the name of model_id''s HNSW index on prme.node_embeddings (16 hex digits of sha256(model_id): any '
+'model id gives a valid, distinct name).';
+
+CREATE FUNCTION prme.index_embeddings(
+    model_id text,
+    min_vectors integer DEFAULT 5000,
+    max_count integer DEFAULT 10000
+)
+RETURNS TABLE (indexed integer)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_vectors text := prme._vector_schema();
+    v_index text := prme._vector_index(index_embeddings.model_id);
+    v_dimensions integer;
+    v_first boolean;
+    v_indexed integer;
+BEGIN
+    IF index_embeddings.min_vectors IS NULL OR index_embeddings.min_vectors NOT BETWEEN 1 AND 1000000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'min_vectors must be between 1 and 1000000000';
+    END IF;
+    IF index_embeddings.max_count IS NULL OR index_embeddings.max_count NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 100000';
+    END IF;
+    SELECT m.dimensions INTO v_dimensions
+    FROM prme.embedding_models AS m
+    WHERE m.user_id = '*' AND m.model_id = index_embeddings.model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('unknown embedding model %s', quote_literal(left(index_embeddings.model_id, 200))),
+            HINT = 'register it first with prme.register_embedding_model(model_id, dimensions)';
+    END IF;
+    -- No pgvector: recall matches words. Before 0.8 its HNSW scans stop at hnsw.ef_search
+    -- rows, so other owners' vectors would crowd an owner's out: recall scans instead.
+    IF v_vectors IS NULL OR (
+        SELECT (regexp_match(e.extversion, '^(\d+)\.(\d+)'))::integer[] < ARRAY[0, 8]
+        FROM pg_catalog.pg_extension AS e WHERE e.extname = 'vector'
+    ) THEN
+        RETURN QUERY SELECT 0;
+        RETURN;
+    END IF;
+    -- Until the model's index exists, everything that qualifies is moved at once and the
+    -- index is then built over it: a build is many times faster than inserting each vector.
+    v_first := to_regclass('prme.' || quote_ident(v_index)) IS NULL;
+
+    -- An owner qualifies with min_vectors unindexed vectors (an owner none of whose
+    -- vectors is indexed has only those) or when some of its vectors are indexed already.
+    WITH owners AS (
+        SELECT u.user_id FROM (
+            SELECT v.user_id, count(*) AS unindexed
+            FROM prme.node_embeddings AS v
+            WHERE v.model_id = index_embeddings.model_id AND NOT v.indexed AND v.embedding IS NOT NULL
+            GROUP BY v.user_id
+        ) AS u
+        WHERE u.unindexed >= index_embeddings.min_vectors
+           OR EXISTS (
+               SELECT FROM prme.node_embeddings AS i
+               WHERE i.user_id = u.user_id AND i.model_id = index_embeddings.model_id AND i.indexed
+           )
+    ),
+    picked AS (
+        SELECT v.user_id, v.node_id
+        FROM owners AS o
+        INNER JOIN prme.node_embeddings AS v
+            ON v.model_id = index_embeddings.model_id AND v.user_id = o.user_id
+        WHERE NOT v.indexed AND v.embedding IS NOT NULL
+        LIMIT CASE WHEN v_first THEN NULL ELSE index_embeddings.max_count END
+        FOR UPDATE OF v SKIP LOCKED
+    )
+    UPDATE prme.node_embeddings AS e SET indexed = TRUE
+    FROM picked AS p
+    WHERE e.user_id = p.user_id AND e.model_id = index_embeddings.model_id AND e.node_id = p.node_id;
+    GET DIAGNOSTICS v_indexed = ROW_COUNT;
+
+    IF v_first AND v_indexed > 0 THEN
+        -- Inner product on unit vectors is the cosine; the cast gives the column the
+        -- model's dimensions, which an HNSW index needs. Recall's query repeats it.
+        EXECUTE format(
+            'CREATE INDEX %I ON prme.node_embeddings USING hnsw ((embedding::%s.vector(%s)) %s.vector_ip_ops) '
+            'WHERE model_id = %L AND indexed',
+            v_index, v_vectors, v_dimensions, v_vectors, index_embeddings.model_id
+        );
+        -- Most of the model's rows changed side at once: plan recall with that known.
+        ANALYZE prme.node_embeddings;
+    END IF;
+    RETURN QUERY SELECT v_indexed;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.index_embeddings(text, integer, integer) IS
+'Moves vectors of model_id into the model''s HNSW index: those of every owner with at least min_vectors of them, and '
+'those stored since for owners already indexed, at most max_count per call (all of them, then the index is built, '
+'the first time). Returns how many moved (0: nothing left, or no pgvector). Recall by meaning is exact for the '
+'other owners and approximate (the index''s) for these. For the embedding worker; see docs/RECALL.md, "Scale".';
+
+REVOKE ALL ON FUNCTION prme.index_embeddings(text, integer, integer) FROM public;
+GRANT EXECUTE ON FUNCTION prme.index_embeddings(text, integer, integer) TO prme_app;

@@ -5,7 +5,8 @@
 -- embedding_model) returns an owner's memories that match the query, best first.
 -- Candidates are the memories sharing a word with the query (the GIN index over
 -- nodes.search) and, given a query vector, the 100 (or max_count, if more) nearest
--- by meaning among the owner's vectors of that model (pgvector, exact). Then:
+-- by meaning among the owner's vectors of that model (pgvector: exact, or by the
+-- model's HNSW index for an owner prme.index_embeddings indexed). Then:
 --   lexical   = the query's words the memory has, each weighted by its inverse
 --               document frequency among the candidates (BM25's idf; memories are
 --               short, so no length or term-frequency saturation), over the weight
@@ -17,7 +18,9 @@
 -- ordered by score descending, then id ascending. Without a query (NULL or blank)
 -- every memory matches with relevance 1 and strength ranks alone. Archived and
 -- deprecated memories never appear; neither do another owner's. The DuckDB pack
--- computes the same (docs/RECALL.md).
+-- computes the same, exactly (docs/RECALL.md). Only the candidates that can reach the
+-- top have their cosine read and their row decayed (bounds below), which changes no
+-- result.
 -- =============================================================================
 
 CREATE FUNCTION prme._any_lexeme_query(lexemes text[])
@@ -117,8 +120,14 @@ DECLARE
     END;
     v_vectors text := prme._vector_schema();
     v_lexemes text[];
-    v_nearest text;
-    v_similarity text;
+    v_wanted integer := greatest(100, recall.max_count);
+    v_fetch integer;
+    v_scanned integer;
+    v_nearest_ids uuid[] := '{}';
+    v_nearest_cosines double precision[] := '{}';
+    v_cosine_ceiling double precision := 0;
+    v_closest text;
+    v_hnsw text[];
 BEGIN
     IF recall.max_count IS NULL OR recall.max_count NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 1000';
@@ -171,49 +180,100 @@ BEGIN
             RETURN;  -- only stop words and punctuation, and no vector: nothing can match
         END IF;
         v_embedding := NULL;  -- lexical relevance alone
-        -- No similarity: an empty "nearest" set, and no vector is read.
-        v_nearest := 'nearest AS (SELECT NULL::uuid AS id WHERE FALSE),';
-        v_similarity := 'similarity AS (SELECT NULL::uuid AS id, NULL::double precision AS cosine WHERE FALSE),';
     ELSE
-        -- The nearest memories by inner product (vectors are unit length: the cosine),
-        -- exact over the owner's vectors of the model, ties by id; then the similarity
-        -- of every candidate. pgvector's operator is qualified with its schema.
-        v_nearest := format(
-            $sql$
-            nearest AS MATERIALIZED (
-                SELECT e.node_id AS id
-                FROM (
-                    SELECT v.node_id, v.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector AS distance
+        -- The v_wanted nearest recallable memories by inner product (vectors are unit
+        -- length: the cosine), ties by id. The closest v_fetch vectors of the owner are
+        -- found, each then checked by its primary key; should archived or out-of-scope
+        -- memories leave fewer than wanted while more vectors exist, again with four
+        -- times as many. They are found by a scan of the owner's vectors (exact), or, for
+        -- an owner whose vectors prme.index_embeddings moved into the model's HNSW index,
+        -- by the index (approximate) and a scan of those stored since. The index's search
+        -- repeats its expression (the vector cast to the model's dimensions) and its
+        -- predicate, the model id a literal. pgvector's operators are qualified with its
+        -- schema.
+        IF to_regclass('prme.' || quote_ident(prme._vector_index(recall.embedding_model))) IS NOT NULL
+           AND EXISTS (
+               SELECT FROM prme.node_embeddings AS v
+               WHERE v.user_id = v_user_id AND v.model_id = recall.embedding_model AND v.indexed
+           ) THEN
+            v_closest := format(
+                $sql$
+                SELECT a.node_id, a.distance FROM (
+                    SELECT v.node_id, (v.embedding::%1$s.vector(%2$s)) OPERATOR(%1$s.<#>) $4::%1$s.vector(%2$s) AS distance
                     FROM prme.node_embeddings AS v
-                    WHERE v.user_id = $1 AND v.model_id = $5 AND v.embedding IS NOT NULL
+                    WHERE v.model_id = %3$L AND v.indexed AND v.user_id = $1
+                    ORDER BY distance
+                    LIMIT $6
+                ) AS a
+                UNION ALL
+                SELECT b.node_id, b.distance FROM (
+                    SELECT v.node_id, v.embedding OPERATOR(%1$s.<#>) $4::%1$s.vector AS distance
+                    FROM prme.node_embeddings AS v
+                    WHERE v.model_id = $2 AND v.user_id = $1 AND NOT v.indexed AND v.embedding IS NOT NULL
                     ORDER BY distance, v.node_id
-                ) AS e
-                -- In distance order, each checked by its primary key until enough are found:
-                -- the owner's rows are not read as a whole for the lifecycle and scope.
-                CROSS JOIN LATERAL (
-                    SELECT FROM prme.nodes AS n
-                    WHERE n.user_id = $1 AND n.id = e.node_id
-                      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
-                      AND ($3 IS NULL OR n.scope = ANY ($3))
-                ) AS recallable
-                LIMIT greatest(100, $7)
-            ),
-            $sql$,
-            v_vectors
-        );
-        v_similarity := format(
-            $sql$
-            similarity AS (
-                SELECT c.id, -(e.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector)::double precision AS cosine
-                FROM candidates AS c
-                CROSS JOIN LATERAL (
-                    SELECT v.embedding FROM prme.node_embeddings AS v
-                    WHERE v.user_id = $1 AND v.model_id = $5 AND v.node_id = c.id AND v.embedding IS NOT NULL
-                ) AS e
-            ),
-            $sql$,
-            v_vectors
-        );
+                    LIMIT $6
+                ) AS b
+                ORDER BY distance, node_id
+                LIMIT $6
+                $sql$,
+                v_vectors, cardinality(v_embedding), recall.embedding_model
+            );
+            -- The index's candidate list must hold what is asked for, and its scan go on
+            -- past other owners' vectors (pgvector 0.8's iterative scan, in exact order);
+            -- the caller's settings are put back after the search.
+            v_hnsw := ARRAY[
+                coalesce(current_setting('hnsw.ef_search', TRUE), '40'),
+                coalesce(current_setting('hnsw.iterative_scan', TRUE), 'off')
+            ];
+            PERFORM set_config('hnsw.ef_search', greatest(200, least(1000, 2 * v_wanted))::text, TRUE),
+                set_config('hnsw.iterative_scan', 'strict_order', TRUE);
+        ELSE
+            v_closest := format(
+                $sql$
+                SELECT v.node_id, v.embedding OPERATOR(%1$s.<#>) $4::%1$s.vector AS distance
+                FROM prme.node_embeddings AS v
+                WHERE v.user_id = $1 AND v.model_id = $2 AND v.embedding IS NOT NULL
+                ORDER BY distance, v.node_id
+                LIMIT $6
+                $sql$,
+                v_vectors
+            );
+        END IF;
+        v_fetch := 2 * v_wanted;
+        LOOP
+            EXECUTE format(
+                $sql$
+                WITH closest AS MATERIALIZED (%s)
+                SELECT coalesce(array_agg(r.node_id ORDER BY r.distance, r.node_id), '{}'),
+                    coalesce(array_agg(-r.distance ORDER BY r.distance, r.node_id), '{}'),
+                    (SELECT count(*) FROM closest)::integer
+                FROM (
+                    SELECT c.node_id, c.distance FROM closest AS c
+                    WHERE EXISTS (
+                        SELECT FROM prme.nodes AS n
+                        WHERE n.user_id = $1 AND n.id = c.node_id
+                          AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+                          AND ($3 IS NULL OR n.scope = ANY ($3))
+                    )
+                    ORDER BY c.distance, c.node_id
+                    LIMIT $5
+                ) AS r
+                $sql$,
+                v_closest
+            ) INTO v_nearest_ids, v_nearest_cosines, v_scanned
+            USING v_user_id, recall.embedding_model, v_scopes, v_embedding, v_wanted, v_fetch;
+            EXIT WHEN cardinality(v_nearest_ids) >= v_wanted OR v_scanned < v_fetch;
+            v_fetch := 4 * v_fetch;
+        END LOOP;
+        IF v_hnsw IS NOT NULL THEN
+            PERFORM set_config('hnsw.ef_search', v_hnsw[1], TRUE), set_config('hnsw.iterative_scan', v_hnsw[2], TRUE);
+        END IF;
+        -- Every other recallable vector is at most as close as the last of a full set
+        -- (by the index: about as close); with fewer, the owner has no other: a candidate
+        -- outside the set has cosine 0.
+        IF cardinality(v_nearest_ids) >= v_wanted THEN
+            v_cosine_ceiling := v_nearest_cosines[cardinality(v_nearest_cosines)];
+        END IF;
     END IF;
 
     -- The query's words carry the owner's key, so the GIN index on search finds this
@@ -234,15 +294,17 @@ BEGIN
             ) AS m
             WHERE m.user_id = $1
         ),
-        %s
-        candidates AS (
+        nearest AS (
+            SELECT u.id, u.cosine FROM unnest($8::uuid[], $9::double precision[]) AS u (id, cosine)
+        ),
+        candidates AS MATERIALIZED (
             SELECT matched.id FROM matched UNION SELECT nearest.id FROM nearest
         ),
-        %s
-        pairs AS (
-            SELECT m.id, w.word
-            FROM matched AS m, unnest(tsvector_to_array(m.search)) AS w (word)
-            WHERE w.word = ANY ($2)
+        -- Each matched memory with each of the query's words it has: one tsquery per word.
+        pairs AS MATERIALIZED (
+            SELECT m.id, q.word
+            FROM matched AS m, unnest($2, $11) AS q (word, query)
+            WHERE m.search @@ q.query
         ),
         -- BM25's idf of each of the query's words among the candidates (a word no
         -- candidate has weighs the most, and lowers every memory's share alike), in
@@ -260,19 +322,37 @@ BEGIN
             FROM pairs AS p JOIN weights AS w ON w.word = p.word
             GROUP BY p.id
         ),
-        scored AS (
-            SELECT c.id,
+        -- Bounds of each candidate's relevance: the nearest have their cosine; any other's
+        -- is at most the ceiling and at least 0 (negative cosines count as 0).
+        bounded AS MATERIALIZED (
+            SELECT c.id, coalesce(l.share, 0) AS share, s.cosine,
                 CASE WHEN $6 IS NULL THEN coalesce(l.share, 0)
                      ELSE 0.6::double precision * coalesce(l.share, 0)
                           + 0.4::double precision * greatest(coalesce(s.cosine, 0), 0)
-                END AS relevance
+                END AS lower_bound,
+                CASE WHEN $6 IS NULL THEN coalesce(l.share, 0)
+                     ELSE 0.6::double precision * coalesce(l.share, 0)
+                          + 0.4::double precision * greatest(coalesce(s.cosine, $10), 0)
+                END AS upper_bound
             FROM candidates AS c
             LEFT JOIN lexical AS l ON l.id = c.id
-            LEFT JOIN similarity AS s ON s.id = c.id
+            LEFT JOIN nearest AS s ON s.id = c.id
         ),
         -- A score is between half its relevance and all of it (strength is in [0, 1]), so a
-        -- candidate below half the max_count-th best relevance cannot be among the best:
-        -- only the others have their rows read and their decay computed.
+        -- candidate whose relevance is below half the max_count-th best cannot be among the
+        -- best; the max_count-th best relevance is at least the max_count-th best lower bound.
+        -- Only a candidate that may pass has its cosine read, by primary key.
+        scored AS MATERIALIZED (
+            SELECT b.id,
+                CASE WHEN $6 IS NULL OR b.cosine IS NOT NULL OR $10 <= 0 THEN b.lower_bound
+                     ELSE 0.6::double precision * b.share
+                          + 0.4::double precision * greatest(coalesce(%s, 0), 0)
+                END AS relevance
+            FROM bounded AS b
+            WHERE b.upper_bound >= 0.5 * coalesce(
+                (SELECT x.lower_bound FROM bounded AS x ORDER BY x.lower_bound DESC OFFSET $7 - 1 LIMIT 1), 0
+            )
+        ),
         contenders AS (
             SELECT sc.id, sc.relevance FROM scored AS sc
             WHERE sc.relevance >= 0.5 * coalesce(
@@ -299,7 +379,7 @@ BEGIN
                 FROM contenders AS sc
                 -- Each candidate by its primary key: a join would read all of the owner's rows.
                 CROSS JOIN LATERAL (
-                    SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = sc.id
+                    SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = sc.id OFFSET 0
                 ) AS n
                 OFFSET 0  -- a level of its own: each effective value is computed once per row
             ) AS d
@@ -308,15 +388,24 @@ BEGIN
         ) AS r
         ORDER BY r.score DESC, r.id
         $sql$,
-        v_nearest, v_similarity
-    ) USING v_user_id, v_lexemes, v_scopes, v_as_of, recall.embedding_model, v_embedding, recall.max_count;
+        CASE WHEN v_embedding IS NULL THEN 'NULL::double precision' ELSE format(
+            $sql$(
+                SELECT -(v.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector) FROM prme.node_embeddings AS v
+                WHERE v.user_id = $1 AND v.model_id = $5 AND v.node_id = b.id AND v.embedding IS NOT NULL
+            )$sql$,
+            v_vectors
+        ) END
+    ) USING v_user_id, v_lexemes, v_scopes, v_as_of, recall.embedding_model, v_embedding, recall.max_count,
+        v_nearest_ids, v_nearest_cosines, v_cosine_ceiling,
+        ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme));
 END;
 $$;
 
 COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz, real[], text) IS
 'Recall over the memories of user_id, best first: relevance (the idf-weighted share of the query''s words the '
 'memory has, fused 0.6/0.4 with the cosine similarity of query_embedding when it is given, of model '
-'embedding_model, and the server has pgvector) times 0.5 + 0.25 * effective_salience + 0.25 * '
+'embedding_model, and the server has pgvector; by the model''s HNSW index, approximate, for an owner whose vectors '
+'prme.index_embeddings indexed) times 0.5 + 0.25 * effective_salience + 0.25 * '
 'effective_confidence at as_of (default now; NULL means now), ties by id. A NULL or blank query ranks every memory '
 'by strength alone. scopes (NULL = all) filters; max_count is 1..1000; the query is at most 64 KiB with at most 1024 '
 'distinct words. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';

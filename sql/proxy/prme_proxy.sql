@@ -478,6 +478,18 @@ COMMENT ON FUNCTION prme.get_snapshot(text,text,text) IS
 REVOKE ALL ON FUNCTION prme.get_snapshot(text,text,text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.get_snapshot(text,text,text) TO prme_app;
 
+CREATE FUNCTION prme.index_embeddings(model_id text, min_vectors integer DEFAULT 5000, max_count integer DEFAULT 10000)
+RETURNS TABLE(indexed integer)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION prme.index_embeddings(text,integer,integer) IS
+'Moves vectors of model_id into the model''s HNSW index: those of every owner with at least min_vectors of them, and those stored since for owners already indexed, at most max_count per call (all of them, then the index is built, the first time). Returns how many moved (0: nothing left, or no pgvector). Recall by meaning is exact for the other owners and approximate (the index''s) for these. For the embedding worker; see docs/RECALL.md, "Scale".';
+REVOKE ALL ON FUNCTION prme.index_embeddings(text,integer,integer) FROM public;
+GRANT EXECUTE ON FUNCTION prme.index_embeddings(text,integer,integer) TO prme_app;
+
 CREATE FUNCTION prme.is_correction(message text)
 RETURNS boolean
 LANGUAGE plproxy
@@ -774,7 +786,7 @@ AS $$
     RUN ON prme.route(user_id);
 $$;
 COMMENT ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone,real[],text) IS
-'Recall over the memories of user_id, best first: relevance (the idf-weighted share of the query''s words the memory has, fused 0.6/0.4 with the cosine similarity of query_embedding when it is given, of model embedding_model, and the server has pgvector) times 0.5 + 0.25 * effective_salience + 0.25 * effective_confidence at as_of (default now; NULL means now), ties by id. A NULL or blank query ranks every memory by strength alone. scopes (NULL = all) filters; max_count is 1..1000; the query is at most 64 KiB with at most 1024 distinct words. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
+'Recall over the memories of user_id, best first: relevance (the idf-weighted share of the query''s words the memory has, fused 0.6/0.4 with the cosine similarity of query_embedding when it is given, of model embedding_model, and the server has pgvector; by the model''s HNSW index, approximate, for an owner whose vectors prme.index_embeddings indexed) times 0.5 + 0.25 * effective_salience + 0.25 * effective_confidence at as_of (default now; NULL means now), ties by id. A NULL or blank query ranks every memory by strength alone. scopes (NULL = all) filters; max_count is 1..1000; the query is at most 64 KiB with at most 1024 distinct words. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
 REVOKE ALL ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone,real[],text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.recall(text,text,text[],integer,timestamp with time zone,real[],text) TO prme_app;
 

@@ -38,6 +38,7 @@ from .. import (
     GetReadiness,
     GetReceipt,
     GetSnapshot,
+    IndexEmbeddings,
     IsCorrection,
     LinkCorrection,
     ListCorrectionInbox,
@@ -220,6 +221,8 @@ class DuckDBBackend(
                 return self.pending_embeddings(request)
             case StoreEmbeddings():
                 return self.store_embeddings(request)
+            case IndexEmbeddings():
+                return self.index_embeddings(request)
             case GetEmbeddingStatus():
                 return self.embedding_status(request)
             case SubmitOperation() | GetReceipt() | ListOperationEvents() | GetLedgerStatus():

@@ -12,7 +12,7 @@ import numpy as np
 from ...embeddings import MAX_DIMENSIONS, MAX_MODEL_ID_LENGTH, Vector
 from ...errors import IdempotencyConflict, InvalidInput
 from ...models import EmbeddingStatus, PendingEmbedding
-from .. import GetEmbeddingStatus, ListPendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
+from .. import GetEmbeddingStatus, IndexEmbeddings, ListPendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
 from .connection import PackConnection
 
 _MAX_ERROR_LENGTH = 2000
@@ -212,3 +212,13 @@ class EmbeddingOperations(PackConnection):
             )
 
         return self.read(work)
+
+    def index_embeddings(self, request: IndexEmbeddings) -> int:
+        """A pack has no vector index (its recall scans every vector of the owner): the
+        arguments are checked as PostgreSQL checks them, and nothing moves."""
+        if not 1 <= request.min_vectors <= 1_000_000_000:
+            raise InvalidInput("min_vectors must be between 1 and 1000000000")
+        if not 1 <= request.max_count <= 100_000:
+            raise InvalidInput("max_count must be between 1 and 100000")
+        self.read(lambda con: _model_dimensions(con, request.model_id))
+        return 0
