@@ -1224,12 +1224,19 @@ def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace, console: Console) -> int:
-    """Print (or with --apply install) the pg_cron jobs of the executor and nightly maintenance."""
+    """Print (or with --apply install) the pg_cron jobs of the executor, the vector index and nightly maintenance."""
     from . import schedule
 
-    names = [schedule.EXECUTOR_JOB, args.maintenance_job]
+    names = [schedule.EXECUTOR_JOB, schedule.INDEX_JOB, args.maintenance_job]
     try:
-        jobs = [] if args.remove else [schedule.executor_job(schedule=args.executor_schedule, batch=args.batch)]
+        jobs = (
+            []
+            if args.remove
+            else [
+                schedule.executor_job(schedule=args.executor_schedule, batch=args.batch),
+                schedule.index_job(schedule=args.index_schedule, min_vectors=args.index_min_vectors),
+            ]
+        )
         if args.users and not args.remove:
             jobs.append(
                 schedule.maintenance_job(args.users, schedule=args.maintenance_schedule, name=args.maintenance_job)
@@ -1996,7 +2003,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     schedule = add(
         "schedule",
-        "Print (or with --apply install) pg_cron jobs for the executor and nightly auto maintenance.",
+        "Print (or with --apply install) pg_cron jobs for the executor, the vector index and nightly auto maintenance.",
         cmd_schedule,
     )
     add_dsn(schedule)
@@ -2016,6 +2023,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor-schedule", default="* * * * *", help="cron expression (default every minute, UTC)"
     )
     schedule.add_argument("--batch", type=int, default=1000, help="operations per executor run (1..1000)")
+    schedule.add_argument(
+        "--index-schedule", default="*/5 * * * *", help="cron expression of the vector index job (default every 5 min)"
+    )
+    schedule.add_argument(
+        "--index-min-vectors",
+        type=int,
+        default=5000,
+        help="move an owner's vectors into the HNSW index from this many on (default 5000)",
+    )
     schedule.add_argument(
         "--maintenance-schedule", default="17 3 * * *", help="cron expression (default 03:17 UTC daily)"
     )

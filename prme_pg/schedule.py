@@ -1,8 +1,11 @@
 """``prme-pg schedule``: the pg_cron jobs that run prme without a worker process.
 
-Two jobs, both plain calls of the API (docs/LEDGER.md, docs/MAINTENANCE.md):
+Three jobs, each a plain call of the API (docs/LEDGER.md, docs/MAINTENANCE.md, docs/RECALL.md):
 
 * ``prme-executor`` runs ``prme.run_operations`` (the ledger's executor) every minute;
+* ``prme-vector-index`` runs ``prme.index_embeddings`` for every registered model every five
+  minutes: the vectors of owners with many memories move into the HNSW index (vectors are
+  computed outside the database; moving them is SQL);
 * ``prme-maintenance`` (one job per owner set) writes each owner's maintenance patch and
   applies it in auto mode (decay and the stability increases that need no review), nightly.
 
@@ -32,6 +35,7 @@ from .validation import valid_user_id
 
 __all__ = [
     "EXECUTOR_JOB",
+    "INDEX_JOB",
     "MAINTENANCE_JOB",
     "CronJob",
     "ScheduleError",
@@ -39,12 +43,14 @@ __all__ = [
     "check_schedule",
     "cron_dsn",
     "executor_job",
+    "index_job",
     "maintenance_job",
     "render",
     "unschedule",
 ]
 
 EXECUTOR_JOB = "prme-executor"
+INDEX_JOB = "prme-vector-index"
 MAINTENANCE_JOB = "prme-maintenance"
 
 #: pg_cron 1.5's interval schedules: '[1-59] seconds'.
@@ -74,6 +80,16 @@ def executor_job(*, schedule: str = "* * * * *", batch: int = 1000, worker: str 
         batch=sql.Literal(batch), worker=sql.Literal(worker)
     )
     return CronJob(EXECUTOR_JOB, schedule, command.as_string(None))
+
+
+def index_job(*, schedule: str = "*/5 * * * *", min_vectors: int = 5000) -> CronJob:
+    """The vector index: every registered model's vectors of owners with ``min_vectors`` or more."""
+    if not 1 <= min_vectors <= 1_000_000_000:
+        raise InvalidInput("--index-min-vectors must be between 1 and 1000000000")
+    command = sql.SQL("SELECT indexed FROM prme.index_embeddings(NULL, {min_vectors})").format(
+        min_vectors=sql.Literal(min_vectors)
+    )
+    return CronJob(INDEX_JOB, schedule, command.as_string(None))
 
 
 def maintenance_job(users: Sequence[str], *, schedule: str = "17 3 * * *", name: str = MAINTENANCE_JOB) -> CronJob:

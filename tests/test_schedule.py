@@ -64,6 +64,7 @@ def test_prints_the_jobs_with_owners_as_literals(capsys: pytest.CaptureFixture[s
     # The quote is doubled by psycopg; the dollar tag is one that no owner contains.
     assert "ARRAY['alice', 'o''brien', '$cron$']::text[]" in out
     assert "$cron1$SELECT o.user_id" in out and "'0 2 * * *'" in out
+    assert "('prme-vector-index', '*/5 * * * *', $cron$SELECT indexed FROM prme.index_embeddings(NULL, 5000)" in out
 
     assert cli.main(["schedule", "--database", "prme", "--json"]) == 0
     document = capsys.readouterr().out
@@ -75,6 +76,7 @@ def test_prints_the_jobs_with_owners_as_literals(capsys: pytest.CaptureFixture[s
     [
         (["schedule"], "--database NAME, or --dsn URL"),
         (["schedule", "--database", "prme", "--batch", "0"], "batch must be between 1 and 1000"),
+        (["schedule", "--database", "prme", "--index-min-vectors", "0"], "--index-min-vectors must be between 1"),
         (["schedule", "--database", "prme", "--user", "a", "--user", "a"], "an owner is named twice"),
         (["schedule", "--database", "prme", "--user", "a", "--maintenance-job", "x" * 64], "job name"),
     ],
@@ -119,6 +121,8 @@ def test_scheduled_jobs_alone_run_the_ledger_and_maintenance(
             "Uses emacs", user_id="bob", confidence_base="0.9", next_review_at=datetime.now(UTC) - timedelta(days=100)
         )
         memory.submit_operation(operation_id, "add_node", {"content": "prefers tea"}, user_id="alice")
+        for fact in ("Carol plays the cello", "Carol lives in Lyon", "Carol is vegetarian"):
+            memory.add_node(fact, user_id="carol")  # with its vector: carol's three go into the index
 
     # pg_cron 1.4 has no second-level schedules: refused before anything is installed.
     assert cli.main(["schedule", "--dsn", dsn, "--apply", "--executor-schedule", "5 seconds"]) == 1
@@ -126,10 +130,11 @@ def test_scheduled_jobs_alone_run_the_ledger_and_maintenance(
     assert _jobs(cron_server) == {}
 
     argv = ["schedule", "--dsn", dsn, "--user", "alice", "--maintenance-schedule", "* * * * *", "--apply"]
+    argv += ["--index-schedule", "* * * * *", "--index-min-vectors", "3"]
     assert cli.main(argv) == 0
     assert cli.main(argv) == 0, "installing again updates the jobs"
     jobs = _jobs(cron_server)
-    assert set(jobs) == {"prme-executor", "prme-maintenance"}
+    assert set(jobs) == {"prme-executor", "prme-maintenance", "prme-vector-index"}
     assert {job[3] for job in jobs.values()} == {name}
     assert "prme-executor" in capsys.readouterr().out
 
@@ -142,8 +147,14 @@ def test_scheduled_jobs_alone_run_the_ledger_and_maintenance(
         def decayed() -> bool:
             return memory.get_node(overdue.id, user_id="alice").confidence_base < Decimal("0.9")
 
+        def indexed() -> bool:
+            with psycopg.connect(dsn) as conn:
+                row = conn.execute("SELECT count(*) FROM prme.node_embeddings WHERE indexed").fetchone()
+            return row == (3,)
+
         _wait_for("the executor job", committed, 75)
         _wait_for("the maintenance job", decayed, 15)
+        _wait_for("the vector index job", indexed, 15)
         processing = [
             event
             for event in memory.operation_events(user_id="alice", operation_id=operation_id)
@@ -156,7 +167,11 @@ def test_scheduled_jobs_alone_run_the_ledger_and_maintenance(
         runs = conn.execute(
             "SELECT j.jobname, d.status FROM cron.job_run_details d JOIN cron.job j USING (jobid)"
         ).fetchall()
-    assert {job for job, status in runs if status == "succeeded"} == {"prme-executor", "prme-maintenance"}
+    assert {job for job, status in runs if status == "succeeded"} == {
+        "prme-executor",
+        "prme-maintenance",
+        "prme-vector-index",
+    }
 
     assert cli.main(["schedule", "--dsn", dsn, "--remove", "--apply"]) == 0
     assert _jobs(cron_server) == {}

@@ -377,7 +377,7 @@ COMMENT ON FUNCTION prme._vector_index(text) IS
 'model id gives a valid, distinct name).';
 
 CREATE FUNCTION prme.index_embeddings(
-    model_id text,
+    model_id text DEFAULT NULL,
     min_vectors integer DEFAULT 5000,
     max_count integer DEFAULT 10000
 )
@@ -392,13 +392,27 @@ DECLARE
     v_index text := prme._vector_index(index_embeddings.model_id);
     v_dimensions integer;
     v_first boolean;
-    v_indexed integer;
+    v_indexed integer := 0;
+    v_model text;
 BEGIN
     IF index_embeddings.min_vectors IS NULL OR index_embeddings.min_vectors NOT BETWEEN 1 AND 1000000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'min_vectors must be between 1 and 1000000000';
     END IF;
     IF index_embeddings.max_count IS NULL OR index_embeddings.max_count NOT BETWEEN 1 AND 100000 THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'max_count must be between 1 and 100000';
+    END IF;
+    IF index_embeddings.model_id IS NULL THEN
+        -- Every registered model in turn (what a scheduled job runs: it knows no model).
+        FOR v_model IN
+            SELECT m.model_id FROM prme.embedding_models AS m WHERE m.user_id = '*' ORDER BY m.model_id
+        LOOP
+            v_indexed := v_indexed + (
+                SELECT i.indexed
+                FROM prme.index_embeddings(v_model, index_embeddings.min_vectors, index_embeddings.max_count) AS i
+            );
+        END LOOP;
+        RETURN QUERY SELECT v_indexed;
+        RETURN;
     END IF;
     SELECT m.dimensions INTO v_dimensions
     FROM prme.embedding_models AS m
@@ -467,10 +481,11 @@ END;
 $$;
 
 COMMENT ON FUNCTION prme.index_embeddings(text, integer, integer) IS
-'Moves vectors of model_id into the model''s HNSW index: those of every owner with at least min_vectors of them, and '
-'those stored since for owners already indexed, at most max_count per call (all of them, then the index is built, '
-'the first time). Returns how many moved (0: nothing left, or no pgvector). Recall by meaning is exact for the '
-'other owners and approximate (the index''s) for these. For the embedding worker; see docs/RECALL.md, "Scale".';
+'Moves vectors of model_id (NULL: of every registered model) into the model''s HNSW index: those of every owner with '
+'at least min_vectors of them, and those stored since for owners already indexed, at most max_count per call and '
+'model (all of them, then the index is built, the first time). Returns how many moved (0: nothing left, or no '
+'pgvector 0.8). Recall by meaning is exact for the other owners and approximate (the index''s) for these. For the '
+'embedding worker and a scheduled job; see docs/RECALL.md, "Scale".';
 
 REVOKE ALL ON FUNCTION prme.index_embeddings(text, integer, integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.index_embeddings(text, integer, integer) TO prme_app;
