@@ -19,6 +19,10 @@ other processes hits both alike:
 * ``get`` of a random key;
 * ``search`` with a query (two vocabulary words), limit 10, in the items' namespace.
 
+After the load, prme's vectors go into its HNSW index (``prme.index_embeddings()``, what
+the ``prme-vector-index`` job, ``prme-pg embed`` or the worker runs), as PostgresStore's go
+into its HNSW index on insert.
+
 Reported: calls per second of each and prme's time per call over PostgresStore's.
 Targets: get and search at most 1.5x, put at most 2x (prme writes journal records that
 PostgresStore does not).
@@ -106,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
             for db in (prme_db, lg_db):
                 with psycopg.connect(server.dsn_for(db), autocommit=True) as analyze:
                     analyze.execute("ANALYZE")
+            # The owner's vectors into the HNSW index, as the prme-vector-index job (or prme-pg
+            # embed, or the worker) does within minutes of a load; then its statistics.
+            with psycopg.connect(server.dsn_for(prme_db), autocommit=True) as conn_prme:
+                indexed = conn_prme.execute("SELECT indexed FROM prme.index_embeddings()").fetchone()
+                assert indexed is not None and indexed[0] >= args.items, indexed
+                conn_prme.execute("VACUUM ANALYZE prme.node_embeddings")
             kinds: dict[str, dict[str, list[float]]] = {k: {name: [] for name in stores} for k in TARGETS}
             for round_no in range(args.rounds):
                 keys = [rng.randrange(args.items) for _ in range(args.calls)]

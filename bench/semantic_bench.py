@@ -209,6 +209,20 @@ def recall_variants(
     }
 
 
+def server_cpu_ms(pid: int, call: Callable[[str], Any], questions: list[str], calls: int) -> float:
+    """CPU milliseconds the server process ``pid`` spends per call (user + system, from /proc):
+    what load from other processes, which stretches wall time, leaves alone."""
+
+    def cpu_seconds() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    started = cpu_seconds()
+    for i in range(calls):
+        call(questions[i % len(questions)])
+    return (cpu_seconds() - started) * 1000 / calls
+
+
 def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
@@ -289,6 +303,11 @@ def postgres(texts: list[str], questions: list[str], calls: int, adds: int) -> d
             recall = interleave(
                 recall_variants(hybrid, words, questions, vectors, engine, "prme.recall alone (psycopg)"), calls
             )
+            backend_pid = raw.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+            server_cpu = {
+                "hybrid": server_cpu_ms(backend_pid, lambda q: engine(q, vectors[q]), questions, calls),
+                "words only": server_cpu_ms(backend_pid, lambda q: engine(q, None), questions, calls),
+            }
             new_texts = memory_texts(4 * adds + 200, random.Random(7))
             add = interleave(
                 {
@@ -315,6 +334,7 @@ def postgres(texts: list[str], questions: list[str], calls: int, adds: int) -> d
         "load_seconds": load_seconds,
         "backfill": {"embedded": summary.embedded, "seconds": summary.seconds},
         "index": {"vectors": indexed, "seconds": index_seconds, "top10_shared": statistics.mean(shared)},
+        "server_cpu_ms": server_cpu,
         "recall": recall,
         "add_node": add,
     }
@@ -434,6 +454,7 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         }
         if engine == "PostgreSQL":
             out[engine]["backfill_met"] = out[engine]["backfill_per_second"] >= BACKFILL_TARGET
+            out[engine]["server_cpu_ms_per_recall"] = {k: round(v, 2) for k, v in res["server_cpu_ms"].items()}
             out[engine]["index"] = {
                 "vectors": res["index"]["vectors"],
                 "seconds": round(res["index"]["seconds"], 2),
@@ -472,6 +493,13 @@ def report(summary: dict[str, Any]) -> None:
         if engine == "PostgreSQL":
             backfill += f" (target >= {BACKFILL_TARGET:,.0f}/s: {'met' if s['backfill_met'] else 'NOT met'})"
         console.print(f"{backfill}; memories loaded without vectors in {s['load_seconds']:.1f} s", highlight=False)
+        if "server_cpu_ms_per_recall" in s:
+            cpu = s["server_cpu_ms_per_recall"]
+            console.print(
+                f"server CPU per prme.recall (from /proc, unmoved by load): hybrid {cpu['hybrid']:.2f} ms, "
+                f"words only {cpu['words only']:.2f} ms",
+                highlight=False,
+            )
         if "index" in s:
             index = s["index"]
             console.print(

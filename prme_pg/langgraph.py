@@ -581,10 +581,11 @@ class _Logic:
         # embedder): recall ranks by words and meaning. None (no embedder): by words.
         vector = yield _call("_embed_query", op.query)
         kwargs: dict[str, Any] = {} if vector is None else {"query_embedding": vector}
-        # Ask recall for a few times the page first (rows cost parsing); for all it can give
-        # (1,000) only when the prefix and filter left too few of them.
+        # Ask recall for twice the page first (each row costs the engine a read and the store
+        # a parse), then four times as many each time the prefix and filter left too few, up
+        # to all it can give (1,000).
         wanted = op.offset + op.limit
-        count = min(_PAGE, max(50, 4 * wanted))
+        count = min(_PAGE, max(10, 2 * wanted))
         while True:
             hits: list[RecallHit] = yield _call(
                 "recall", op.query, user_id=owner, scopes=[self.node_namespace], max_count=count, **kwargs
@@ -592,7 +593,7 @@ class _Logic:
             ranked = self._ranked(hits, prefix, op.filter)
             if len(ranked) >= wanted or len(hits) < count or count == _PAGE:
                 break
-            count = _PAGE
+            count = min(_PAGE, 4 * count)
         return ranked[op.offset : op.offset + op.limit]
 
     def _ranked(self, hits: list[RecallHit], prefix: tuple[str, ...], filter: Mapping[str, Any] | None) -> list[Item]:

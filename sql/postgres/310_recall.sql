@@ -239,7 +239,7 @@ BEGIN
                 v_vectors
             );
         END IF;
-        v_fetch := 2 * v_wanted;
+        v_fetch := v_wanted + greatest(10, v_wanted / 10);  -- room for a few archived ones
         LOOP
             EXECUTE format(
                 $sql$
