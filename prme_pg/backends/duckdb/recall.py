@@ -111,8 +111,8 @@ RECALL_ALL = _RECALL.format(
 # the weight of all of them; with a vector, relevance = 0.6 lexical + 0.4 max(cosine, 0).
 # {vectors} defines nearest, and with a vector the inner product of each of the owner's vectors
 # of the model (scores: read once, for the nearest and for every candidate's similarity).
-# Every candidate's strength is computed (the few rows read by id): cheaper here than pruning
-# by relevance first, which costs a statement larger to plan than the decay it saves.
+# Every candidate's strength is computed: pruning by relevance first (a score lies between half
+# its relevance and all of it) measured no faster here, even with thousands of candidates.
 _HYBRID = """
 WITH matched AS (
     SELECT w.node_id AS id, w.word
