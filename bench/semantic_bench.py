@@ -21,7 +21,10 @@ defaults but shared_buffers = 256MB; pgvector when installed) and on a memory pa
    and the split of the hybrid call: the embedding of the question alone, the client's call
    with the vector given, and the engine's call alone (psycopg's ``SELECT * FROM
    prme.recall(...)``; on the pack, the backend's request without the client). Targets: hybrid
-   p50 <= 10 ms on PostgreSQL, <= 20 ms on a pack.
+   p50 <= 10 ms on PostgreSQL, <= 20 ms on a pack. With ``--baseline REV`` (a git revision,
+   e.g. ``--baseline 1debbda``), the pack's recall of that revision runs in the same loop on a
+   copy of the pack whose vectors are stored as that revision stores them (DuckDB's float
+   compression): before and after side by side.
 3. ``MemoryClient.add_node`` with its embedding against ``embedder=False``: client-observed
    p50, target <= 1.5x. On PostgreSQL with every commit flushed (server defaults) and with
    synchronous_commit off (the server's share smallest, so the embedder's largest).
@@ -36,10 +39,13 @@ the ratios; absolute numbers depend on the load (printed with ``uptime``'s load 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +65,7 @@ from prme_pg import MemoryClient, testing
 from prme_pg.backends import IndexEmbeddings, RegisterEmbeddingModel
 from prme_pg.backends import duckdb as pack_sql
 from prme_pg.backends.duckdb import PACK_FILE
+from prme_pg.backends.duckdb.connection import PackConnection
 from prme_pg.backends.postgres import Float4Array
 from prme_pg.client import recall_request
 from prme_pg.embedding_worker import embed_pending
@@ -343,7 +350,7 @@ def postgres(texts: list[str], questions: list[str], calls: int, adds: int) -> d
 # -- pack --------------------------------------------------------------------------------
 
 
-def pack(texts: list[str], questions: list[str], calls: int, adds: int) -> dict[str, Any]:
+def pack(texts: list[str], questions: list[str], calls: int, adds: int, baseline: str | None) -> dict[str, Any]:
     embedder = load_embedder("wordllama")
     vectors = {q: embedder.embed([q])[0] for q in questions}
     rng = random.Random(31)
@@ -384,13 +391,32 @@ def pack(texts: list[str], questions: list[str], calls: int, adds: int) -> dict[
             words._backend = hybrid._backend  # one pack, one connection: the same backend
             backend = hybrid.backend
 
-            def engine(query: str, vector: Vector | None) -> Any:
+            def engine(query: str, vector: Vector | None, as_of: datetime | None = None) -> Any:
                 model_id = None if vector is None else model
-                return backend.execute(recall_request(query, USER, None, 10, None, vector, model_id))
+                return backend.execute(recall_request(query, USER, None, 10, as_of, vector, model_id))
 
-            recall = interleave(
-                recall_variants(hybrid, words, questions, vectors, engine, "the pack's recall alone (backend)"), calls
-            )
+            variants = recall_variants(hybrid, words, questions, vectors, engine, "the pack's recall alone (backend)")
+            if baseline is not None:
+                before = baseline_pack(hybrid, Path(tmp) / "before", baseline)
+
+                def engine_before(query: str, vector: Vector | None, as_of: datetime | None = None) -> Any:
+                    model_id = None if vector is None else model
+                    return before.recall(recall_request(query, USER, None, 10, as_of, vector, model_id))
+
+                # The same hits at the same instant (each call's default is its own now).
+                for q in questions:
+                    for vector in (vectors[q], None):
+                        ours, theirs = engine(q, vector, now), engine_before(q, vector, now)
+                        assert same_hits(ours, theirs), f"{baseline}: {q!r} differs"
+                variants[f"  hybrid, {baseline}'s recall (backend)"] = lambda i: engine_before(
+                    questions[i % len(questions)], vectors[questions[i % len(questions)]]
+                )
+                variants[f"  words only, {baseline}'s recall (backend)"] = lambda i: engine_before(
+                    questions[i % len(questions)], None
+                )
+            recall = interleave(variants, calls)
+            if baseline is not None:
+                before.close()
             new_texts = memory_texts(2 * adds + 100, random.Random(7))
             add = interleave(
                 {
@@ -401,6 +427,36 @@ def pack(texts: list[str], questions: list[str], calls: int, adds: int) -> dict[
                 warmup=0,
             )
     return {"load_seconds": load_seconds, "backfill": backfill, "recall": recall, "add_node": add}
+
+
+def same_hits(ours: list[Any], theirs: list[Any]) -> bool:
+    """The same memories in the same order, scores equal within the engines' tolerance (docs/RECALL.md)."""
+    return [h.id for h in ours] == [h.id for h in theirs] and all(
+        abs(a.score - b.score) <= 1e-9 and abs(a.relevance - b.relevance) <= 1e-9
+        for a, b in zip(ours, theirs, strict=True)
+    )
+
+
+def baseline_pack(client: MemoryClient, root: Path, revision: str) -> Any:
+    """A copy of the client's pack with its vectors stored as DuckDB stores them by default (as
+    before the pack stored them plain), opened with the pack recall of git ``revision``."""
+    source = subprocess.run(
+        ["git", "show", f"{revision}:prme_pg/backends/duckdb/recall.py"], capture_output=True, text=True, check=True
+    ).stdout
+    root.mkdir()
+    (root / "recall.py").write_text(source, encoding="utf-8")
+    # A module of the pack's package, so that its relative imports are today's modules.
+    spec = importlib.util.spec_from_file_location("prme_pg.backends.duckdb._baseline_recall", root / "recall.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    client.backend._con.execute("CHECKPOINT")  # type: ignore[attr-defined]
+    shutil.copy(Path(client.backend.path) / PACK_FILE, root / PACK_FILE)  # type: ignore[attr-defined]
+    with duckdb.connect(str(root / PACK_FILE)) as con:  # default settings: compressed floats
+        con.execute("UPDATE prme.node_embeddings SET embedding = embedding WHERE embedding IS NOT NULL")
+        con.execute("CHECKPOINT")
+    baseline = type("BaselineRecall", (module.RecallOperations, PackConnection), {})
+    return baseline(root)  # a PackConnection installs nothing: the copy stays as it is
 
 
 def store_by_sql(client: MemoryClient, embedder: Embedder) -> None:
@@ -521,6 +577,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--adds", type=int, help="add_node calls per variant (150; --quick 60)")
     parser.add_argument("--only", choices=("postgres", "pack"), help="one engine only")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also run the pack's recall of this git revision, on vectors stored as it did"
+    )
     args = parser.parse_args(argv)
     calls = args.calls or (120 if args.quick else 300)
     adds = args.adds or (60 if args.quick else 150)
@@ -533,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results["PostgreSQL"] = postgres(texts, questions, calls, adds)
     if args.only != "postgres":
         with console.status("pack: load, backfill, recall, add_node ..."):
-            results["pack"] = pack(texts, questions, calls, adds)
+            results["pack"] = pack(texts, questions, calls, adds, args.baseline)
     summary = summarise(results)
     summary["mean_memory_chars"] = round(float(np.mean([len(t) for t in texts])), 1)
     if args.json:

@@ -71,7 +71,7 @@ from .maintenance import MaintenanceOperations
 from .nodes import NodeOperations
 from .outcomes import OutcomeOperations
 from .patches import PatchOperations
-from .recall import RecallOperations, _index_recall_words
+from .recall import RecallOperations, _prepare_recall
 from .snapshots import SnapshotOperations
 from .tokens import TokenOperations
 from .upgrade import FORMAT_VERSION, _upgrade_pack
@@ -127,7 +127,7 @@ class DuckDBBackend(
                 )
 
         self.run(install)
-        self.run(_index_recall_words)
+        self.run(_prepare_recall)
 
     # -- requests --
 

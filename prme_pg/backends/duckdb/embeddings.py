@@ -102,13 +102,17 @@ def register_first_vector(
         )
 
 
-def valid_embedding(con: duckdb.DuckDBPyConnection, model_id: str | None, embedding: Vector | None) -> Vector | None:
-    """prme._valid_embedding: the vector if it fits its registered model, else InvalidInput; None stays None."""
+def valid_embedding(
+    con: duckdb.DuckDBPyConnection, model_id: str | None, embedding: Vector | None, dimensions: int | None = None
+) -> Vector | None:
+    """prme._valid_embedding: the vector if it fits its registered model, else InvalidInput; None stays None.
+    ``dimensions``: the model's, when the caller has read them already."""
     if embedding is None:
         return None
     if model_id is None:
         raise InvalidInput("an embedding needs its embedding_model")
-    dimensions = _model_dimensions(con, model_id)
+    if dimensions is None:
+        dimensions = _model_dimensions(con, model_id)
     vector = np.asarray(embedding, dtype=np.float32)
     if vector.ndim != 1 or vector.size != dimensions:
         raise InvalidInput(f"embedding must have {dimensions} dimensions for model '{model_id}'")

@@ -26,6 +26,12 @@ from .validation import _MAX_TEXT_BYTES, _STABILITIES, _no_nul, _valid_scopes, v
 INSERT_WORDS = "INSERT INTO prme.node_words SELECT $user_id, $node_id, unnest(prme.recall_words($content))"
 
 
+def _prepare_recall(con: duckdb.DuckDBPyConnection) -> None:
+    """What recall needs of a pack, when it is opened: the word index and vectors stored plain."""
+    _index_recall_words(con)
+    _store_vectors_plain(con)
+
+
 def _index_recall_words(con: duckdb.DuckDBPyConnection) -> None:
     """Index the recall words of every memory of a pack written before prme.node_words existed
     (or by another version of the words): once, when the pack is opened."""
@@ -35,6 +41,27 @@ def _index_recall_words(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM prme.node_words")
     con.execute("INSERT INTO prme.node_words SELECT user_id, id, unnest(prme.recall_words(content)) FROM prme.nodes")
     con.execute("INSERT OR REPLACE INTO prme.pack_info VALUES ('recall_words', $v)", {"v": RECALL_WORDS_VERSION})
+
+
+#: DuckDB's compressions of floats. Recall reads every vector of the owner and model: decoding
+#: them took more time than the inner products (docs/PERFORMANCE.md, issue 31); stored plain,
+#: the vectors take about a tenth more room in the file.
+_FLOAT_COMPRESSIONS = ("alp", "alprd")
+_COMPRESSED_VECTORS = (
+    "SELECT 1 FROM pragma_storage_info('prme.node_embeddings') "
+    "WHERE segment_type = 'FLOAT' AND lower(compression) IN ('alp', 'alprd') LIMIT 1"
+)
+
+
+def _store_vectors_plain(con: duckdb.DuckDBPyConnection) -> None:
+    """Have DuckDB store floats uncompressed in this pack from now on (a setting of the open
+    database, not of the file), and rewrite the vectors it stored compressed: those of a pack
+    written before, or by a client without the setting. The same values, bit for bit."""
+    if con.execute("SELECT 1 FROM duckdb_settings() WHERE name = 'disabled_compression_methods'").fetchone() is None:
+        return  # a DuckDB without the setting: vectors stay compressed, recall only slower
+    con.execute(f"SET disabled_compression_methods = '{','.join(_FLOAT_COMPRESSIONS)}'")
+    if con.execute(_COMPRESSED_VECTORS).fetchone() is not None:
+        con.execute("UPDATE prme.node_embeddings SET embedding = embedding WHERE embedding IS NOT NULL")
 
 
 #: The version of prme.recall_words the pack's node_words were built with.
@@ -82,6 +109,10 @@ RECALL_ALL = _RECALL.format(
 # nearest by inner product (unit vectors: the cosine), ties by id. A word's weight is BM25's idf
 # among the candidates; lexical relevance is the weight of the query's words a memory has over
 # the weight of all of them; with a vector, relevance = 0.6 lexical + 0.4 max(cosine, 0).
+# {vectors} defines nearest, and with a vector the inner product of each of the owner's vectors
+# of the model (scores: read once, for the nearest and for every candidate's similarity).
+# Every candidate's strength is computed: pruning by relevance first (a score lies between half
+# its relevance and all of it) measured no faster here, even with thousands of candidates.
 _HYBRID = """
 WITH matched AS (
     SELECT w.node_id AS id, w.word
@@ -91,7 +122,7 @@ WITH matched AS (
       AND n.lifecycle_state NOT IN ('archived', 'deprecated')
       AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
 ),
-nearest AS ({nearest}),
+{vectors},
 candidates AS (SELECT id FROM matched UNION SELECT id FROM nearest),
 weights AS (
     SELECT q.word,
@@ -106,20 +137,10 @@ lexical AS (
     FROM matched AS m JOIN weights AS w ON w.word = m.word
     GROUP BY m.id
 ),
-similarity AS ({similarity}),
 scored AS (
     SELECT c.id, {relevance} AS relevance
     FROM candidates AS c
-    LEFT JOIN lexical AS l ON l.id = c.id
-    LEFT JOIN similarity AS s ON s.id = c.id
-),
--- A score is between half its relevance and all of it, so a candidate below half the
--- max_count-th best relevance cannot be among the best: the others alone are decayed.
-contenders AS (
-    SELECT sc.id, sc.relevance FROM scored AS sc
-    WHERE sc.relevance >= 0.5 * coalesce(
-        (SELECT b.relevance FROM scored AS b ORDER BY b.relevance DESC OFFSET $max_count - 1 LIMIT 1), 0
-    )
+    LEFT JOIN lexical AS l ON l.id = c.id{similarity}
 )
 SELECT r.score, r.relevance, r.effective_salience, r.effective_confidence, n.id, n.namespace, n.scope,
     n.kind, n.content, n.lifecycle_state, n.decay_profile, n.confidence_base, n.salience_base,
@@ -132,7 +153,7 @@ FROM (
             prme.effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile, n.age_days)
                 AS effective_salience,
             prme.effective_confidence(n.confidence_base, n.decay_profile, n.age_days) AS effective_confidence
-        FROM contenders AS m
+        FROM scored AS m
         JOIN (
             SELECT n.id, n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile,
                 prme.age_days(coalesce(n.last_reinforced_at, n.created_at), CAST($as_of AS TIMESTAMPTZ)) AS age_days
@@ -147,29 +168,48 @@ JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = r.id
 ORDER BY r.score DESC, r.id
 """
 RECALL_WORDS = _HYBRID.format(
-    nearest="SELECT CAST(NULL AS UUID) AS id WHERE false",
-    similarity="SELECT CAST(NULL AS UUID) AS id, CAST(NULL AS DOUBLE) AS cosine WHERE false",
+    vectors="nearest AS (SELECT CAST(NULL AS UUID) AS id WHERE false)",
     relevance="coalesce(l.share, 0)",
+    similarity="",
 )
 RECALL_HYBRID = _HYBRID.format(
-    nearest="""
-    SELECT e.node_id AS id
+    vectors="""scores AS MATERIALIZED (
+    SELECT e.node_id AS id, list_inner_product(e.embedding, CAST($vector AS FLOAT [])) AS cosine
     FROM prme.node_embeddings AS e
-    JOIN prme.nodes AS n ON n.user_id = e.user_id AND n.id = e.node_id
     WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL
-      AND n.lifecycle_state NOT IN ('archived', 'deprecated')
-      AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
-    ORDER BY list_inner_product(e.embedding, CAST($vector AS FLOAT [])) DESC, e.node_id
+),
+nearest AS (
+    SELECT s.id
+    FROM scores AS s
+    WHERE s.id IN (
+        SELECT n.id FROM prme.nodes AS n
+        WHERE n.user_id = $user_id AND n.lifecycle_state NOT IN ('archived', 'deprecated')
+          AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope))
+    )
+    ORDER BY s.cosine DESC, s.id
     LIMIT greatest(100, $max_count)
-    """,
-    similarity="""
-    SELECT e.node_id AS id, CAST(list_inner_product(e.embedding, CAST($vector AS FLOAT [])) AS DOUBLE) AS cosine
-    FROM prme.node_embeddings AS e
-    WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL
-      AND e.node_id IN (SELECT c.id FROM candidates AS c)
-    """,
-    relevance="CAST(0.6 AS DOUBLE) * coalesce(l.share, 0) + CAST(0.4 AS DOUBLE) * greatest(coalesce(s.cosine, 0), 0)",
+)""",
+    relevance="CAST(0.6 AS DOUBLE) * coalesce(l.share, 0) "
+    "+ CAST(0.4 AS DOUBLE) * greatest(coalesce(CAST(s.cosine AS DOUBLE), 0), 0)",
+    similarity="\n    LEFT JOIN scores AS s ON s.id = c.id",
 )
+
+
+def _query_facts(
+    con: duckdb.DuckDBPyConnection, query: str | None, blank: bool, model_id: str | None
+) -> tuple[list[str], int | None]:
+    """The query's words (none for a blank query; InvalidInput past 1024) and the registered
+    dimensions of model_id (None: not registered, or no model), in one statement."""
+    row = con.execute(
+        "SELECT prme.recall_words($query), (SELECT m.dimensions FROM prme.embedding_models AS m "
+        "WHERE m.user_id = '*' AND m.model_id = $model_id)",
+        {"query": None if blank else query, "model_id": model_id},
+    ).fetchone()
+    assert row is not None
+    words: list[str] = row[0] or []
+    if len(words) > 1024:
+        raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
+    return words, None if row[1] is None else int(row[1])
 
 
 def recall_hits(rows: list[tuple[Any, ...]]) -> list[RecallHit]:
@@ -220,33 +260,26 @@ class RecallOperations(PackConnection):
                 "as_of": as_of or self._clock(),
                 "max_count": request.max_count,
             }
+            model_id = request.embedding_model
+            # A model no memory has a vector of yet is not registered (dimensions None): nothing
+            # to compare, so words.
+            words, dimensions = ([], None) if blank and model_id is None else _query_facts(con, query, blank, model_id)
             vector = None
-            # A model no memory has a vector of yet is not registered: nothing to compare, so words.
-            if (
-                request.embedding_model is None
-                or con.execute(
-                    "SELECT 1 FROM prme.embedding_models WHERE user_id = '*' AND model_id = $model_id",
-                    {"model_id": request.embedding_model},
-                ).fetchone()
-            ):
-                vector = valid_embedding(con, request.embedding_model, request.query_embedding)
+            if model_id is None or dimensions is not None:
+                vector = valid_embedding(con, model_id, request.query_embedding, dimensions)
             if blank:
                 rows = con.execute(RECALL_ALL, params).fetchall()
+            elif vector is not None:
+                params.update(model_id=model_id, vector=vector.tolist())
+                rows = con.execute(RECALL_HYBRID, {**params, "words": words}).fetchall()
+            elif words:
+                rows = con.execute(RECALL_WORDS, {**params, "words": words}).fetchall()
             else:
-                found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
-                words = found[0] if found is not None else []
-                if len(words) > 1024:
-                    raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
-                if vector is not None:
-                    params.update(model_id=request.embedding_model, vector=vector.tolist())
-                    rows = con.execute(RECALL_HYBRID, {**params, "words": words}).fetchall()
-                elif words:
-                    rows = con.execute(RECALL_WORDS, {**params, "words": words}).fetchall()
-                else:
-                    return []  # only stop words and punctuation, and no vector: nothing can match
+                return []  # only stop words and punctuation, and no vector: nothing can match
             return recall_hits(rows)
 
-        # The query's words (a statement that reads no table), then one ranking statement.
+        # The query's words and the model's dimensions (one statement that reads no large
+        # table), then one ranking statement.
         return self.read(work)
 
     def find_nodes(self, request: FindNodes) -> list[Node]:
