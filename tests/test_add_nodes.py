@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from prme_pg import MemoryClient, migrations, testing
 from prme_pg.errors import IdempotencyConflict, InvalidInput
 
+from .conftest import ROOT
+
 ALICE = "alice"
 
 
@@ -471,3 +473,18 @@ def test_a_batch_computes_the_words_of_any_text_as_add_node_does(db_dsn: str, te
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         rows = _search_matches_add_node(conn, "alice", texts)
     assert len(rows) == len(texts) and all(row[1] for row in rows), [r[0] for r in rows if not r[1]]
+
+
+def test_the_schema_cost_benchmark_batch_writes_its_memories(db_dsn: str) -> None:
+    """bench/schema_cost_bench.py --workload add_nodes runs this script: it fits the schema."""
+    script = (ROOT / "bench" / "pgbench" / "add_nodes_fresh.sql").read_text(encoding="utf-8")
+    statement = script[script.index("SELECT") :].replace(":u::text", "'7'")
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert conn.execute(statement).fetchone() == (100,)
+        assert conn.execute(statement).fetchone() == (100,)
+        written = conn.execute(
+            "SELECT count(*), count(DISTINCT e.node_id) FROM prme.nodes AS n"
+            " JOIN prme.node_embeddings AS e ON (e.user_id, e.node_id) = (n.user_id, n.id) WHERE n.user_id = 'user_7'"
+        ).fetchone()
+        assert written == (200, 200)
+        assert conn.execute("SELECT * FROM prme.verify_journal('user_7')").fetchall() == []
