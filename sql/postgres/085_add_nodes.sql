@@ -18,7 +18,7 @@
 -- it brought, so a vector of the wrong size is named as its own item, not a later
 -- one.
 --
--- Set-based (docs/PERFORMANCE.md, "Bulk import"): one statement checks the whole
+-- Set-based (docs/IMPORT.md, "Speed on PostgreSQL"): one statement checks the whole
 -- batch and writes its nodes, records and vectors, each table in one INSERT. A
 -- batch it refuses is checked again item by item, in order, by
 -- prme._add_nodes_refusal, which raises the first bad item's error: the check
