@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -488,3 +490,45 @@ def test_the_schema_cost_benchmark_batch_writes_its_memories(db_dsn: str) -> Non
         ).fetchone()
         assert written == (200, 200)
         assert conn.execute("SELECT * FROM prme.verify_journal('user_7')").fetchall() == []
+
+
+def test_a_node_id_another_call_creates_meanwhile_is_a_conflict_to_retry(db_dsn: str) -> None:
+    """A batch that looked before another call committed one of its node ids waits for that
+    call, then refuses with PR409 (nothing written); the retry answers that item as a replay."""
+    raced, other = uuid.UUID(int=71), uuid.UUID(int=72)
+    batch = psycopg.types.json.Jsonb(
+        [{"content": "raced", "node_id": str(raced)}, {"content": "other", "node_id": str(other)}]
+    )
+    outcome: dict[str, Any] = {}
+
+    def second() -> None:
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            try:
+                conn.execute("SELECT * FROM prme.add_nodes('alice', %s)", [batch])
+            except psycopg.Error as exc:
+                outcome["error"] = exc
+
+    with psycopg.connect(db_dsn) as first, psycopg.connect(db_dsn, autocommit=True) as watcher:
+        first.execute(
+            "SELECT * FROM prme.add_nodes('alice', %s)",
+            [psycopg.types.json.Jsonb([{"content": "raced", "node_id": str(raced)}])],
+        )
+        thread = threading.Thread(target=second)
+        thread.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        deadline = time.monotonic() + 30
+        while watcher.execute(waiting).fetchone() != (1,):
+            assert time.monotonic() < deadline, "the second batch never waited for the first"
+            time.sleep(0.05)
+        first.commit()
+        thread.join(30)
+    error = outcome["error"]
+    assert error.sqlstate == "PR409"
+    assert error.diag.message_primary == "a concurrent call created one of these node_ids: retry the batch"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM prme.nodes WHERE id = %s", [other]).fetchone() == (0,)
+        retried = conn.execute("SELECT id, replayed FROM prme.add_nodes('alice', %s)", [batch]).fetchall()
+        assert retried == [(raced, True), (other, False)]
+        assert conn.execute("SELECT * FROM prme.verify_journal('alice')").fetchall() == []
