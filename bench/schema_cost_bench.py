@@ -1,11 +1,12 @@
-"""What a schema change costs the hot path: prme.reinforce (or a ledger submit) on two schemas, side by side.
+"""What a schema change costs a write path: prme.reinforce (or a ledger submit, or an add_nodes batch) on two schemas.
 
 Run from the repository root:
 
     .venv/bin/python bench/schema_cost_bench.py                      # the last migration vs the one before
     .venv/bin/python bench/schema_cost_bench.py --old 6 --new 7 --extra-sql FILE   # FILE run on top of --new
     .venv/bin/python bench/schema_cost_bench.py --workload submit --old 12 --new 12 --extra-sql FILE
-    .venv/bin/python bench/schema_cost_bench.py --workload add-embedded   # add_node with a vector
+    .venv/bin/python bench/schema_cost_bench.py --workload add_node_embedded   # add_node with a vector
+    .venv/bin/python bench/schema_cost_bench.py --workload add_nodes --old 25 --new 26
 
 It starts a throwaway cluster (synchronous_commit off: this measures server work, not
 the disk), builds four databases -- old, new, and a second copy of each as the noise
@@ -19,7 +20,9 @@ confirmation writes) made reinforce 0.82x as fast, so they were not shipped; and
 which keeps the same three values as plain columns set by the statements that already
 write the row: 0.98x to 1.00x, inside the noise (docs/MAINTENANCE.md, "Scale"). With
 --workload submit, for the ledger migration ledger_fast_submit: the CHECK constraints it
-dropped, put back by --extra-sql (docs/PERFORMANCE.md).
+dropped, put back by --extra-sql (docs/PERFORMANCE.md). With --workload add_nodes, for
+0026_set_based_add_nodes: batches of 100 new memories with vectors (pgbench/add_nodes_fresh.sql;
+compare schemas from 24 on, where prme.add_nodes takes vectors).
 """
 
 from __future__ import annotations
@@ -40,12 +43,14 @@ BENCH_DIR = Path(__file__).resolve().parent
 WORKLOADS = {
     "reinforce": BENCH_DIR / "pgbench" / "reinforce_fresh.sql",
     "submit": BENCH_DIR / "pgbench" / "submit_fresh.sql",
-    "add-embedded": BENCH_DIR / "pgbench" / "add_node_embedded.sql",
+    "add_node_embedded": BENCH_DIR / "pgbench" / "add_node_embedded.sql",
+    "add_nodes": BENCH_DIR / "pgbench" / "add_nodes_fresh.sql",
 }
 TITLES = {
     "reinforce": "prme.reinforce, fresh keys",
     "submit": "prme.submit_operation, new ids",
-    "add-embedded": "prme.add_node with a 256-dimension vector",
+    "add_node_embedded": "prme.add_node with a 256-dimension vector",
+    "add_nodes": "prme.add_nodes, batches of 100 new memories (rate: batches)",
 }
 NODES, OWNERS = 10_000, 100
 
@@ -96,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(WORKLOADS),
         default="reinforce",
         help="reinforce: a fresh confirmation (pgbench/reinforce_fresh.sql); submit: a new ledger operation "
-        "(pgbench/submit_fresh.sql; the executor's hash check is not run); add-embedded: a new memory with its "
-        "vector (pgbench/add_node_embedded.sql)",
+        "(pgbench/submit_fresh.sql; the executor's hash check is not run); add_node_embedded: a new memory "
+        "with its vector (pgbench/add_node_embedded.sql); add_nodes: a batch of 100 new memories with "
+        "vectors (pgbench/add_nodes_fresh.sql)",
     )
     args = parser.parse_args(argv)
     extra = args.extra_sql.read_text() if args.extra_sql else ""
@@ -126,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster.destroy()
     base = statistics.median(rates["old"])
-    what = TITLES[args.workload]
-    table = Table(title=f"{what}, 4 clients: migration {args.old} vs {args.new}, one run")
+    table = Table(title=f"{TITLES[args.workload]}, 4 clients: migration {args.old} vs {args.new}, one run")
     for column in ("schema", "per second (median)", "vs old"):
         table.add_column(column, justify="left" if column == "schema" else "right")
     for label, (version, sql) in schemas.items():

@@ -1006,3 +1006,49 @@ def test_upgrading_to_recall_by_vector_index_keeps_every_vector_and_every_answer
             40,
         )
         assert answers() == before_answers, "and as before once big's vectors are in the index"
+
+
+# -- 0026_set_based_add_nodes: add_nodes' batches written before replay after ----------------
+
+BATCH_BEFORE = """
+SELECT prme.register_embedding_model('m3', 3);
+SELECT count(*) FROM prme.add_nodes('carol', '[
+    {"content": "carol prefers tabs", "node_id": "cccccccc-2500-4000-8000-000000000001"},
+    {"content": "carol uses vim at work", "scope": "work", "kind": "preference", "confidence_base": 0.65,
+     "node_id": "cccccccc-2500-4000-8000-000000000002", "embedding_model": "m3"},
+    {"content": "from mem0", "created_at": "2024-03-01T12:00:00Z", "next_review_at": "infinity",
+     "node_id": "cccccccc-2500-4000-8000-000000000003", "embedding_model": "m3"}
+]', '{0.1, 0.2, 0.3, 0.4, 0.5, 0.6}');
+"""
+
+
+def test_upgrading_to_set_based_add_nodes_keeps_every_batch_and_replays_it(pg_server: testing.Server) -> None:
+    """Memories written by 0024's add_nodes keep every row through the upgrade; the same batch
+    sent again afterwards is answered from them (replayed, nothing written), a changed one is
+    refused naming its item, and a new batch writes rows whose journal verifies."""
+    with filled_before(pg_server, "set_based_add_nodes") as (conn, every, target):
+        conn.execute(BATCH_BEFORE.encode())
+        before = _rows(conn)
+        assert len([r for r in before["nodes"] if "carol" in r]) == 3, "not vacuous"
+        assert len(before["node_embeddings"]) == 2, "not vacuous"
+
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        assert _rows(conn) == before, "every row kept as it was"
+        batch = BATCH_BEFORE.split(";", 1)[1].replace("SELECT count(*) FROM", "SELECT replayed FROM")
+        assert conn.execute(batch.encode()).fetchall() == [(True,)] * 3
+        assert _rows(conn) == before, "the replay wrote nothing"
+        changed = batch.replace("carol prefers tabs", "carol prefers spaces")
+        assert _sqlstate(conn, changed) == "PR409"
+        conn.execute(batch.replace("-000000000003", "-000000000004").encode())
+        for owner in ("alice", "bob", "carol"):
+            assert conn.execute("SELECT * FROM prme.verify_journal(%s)", [owner]).fetchall() == []
+        replay = "SELECT r.matches FROM prme.nodes AS n, LATERAL prme.replay_node(n.user_id, n.id) AS r"
+        assert {row[0] for row in conn.execute(replay)} == {True}
+        new = conn.execute(
+            "SELECT count(*), bool_and(search = array_to_tsvector(prme._owner_lexemes(user_id, content)))"
+            " FROM prme.nodes WHERE id = 'cccccccc-2500-4000-8000-000000000004'"
+        ).fetchone()
+        assert new == (1, True)
+        assert conn.execute(
+            "SELECT count(*) FROM prme.node_embeddings WHERE node_id = 'cccccccc-2500-4000-8000-000000000004'"
+        ).fetchone() == (1,)
