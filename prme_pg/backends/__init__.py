@@ -448,7 +448,7 @@ class IndexEmbeddings(Request[int]):
 
     model_id: str
     min_vectors: int = 5000
-    max_count: int = 10000
+    max_count: int = 2000
 
 
 @dataclass(frozen=True, slots=True)

@@ -379,7 +379,7 @@ COMMENT ON FUNCTION prme._vector_index(text) IS
 CREATE FUNCTION prme.index_embeddings(
     model_id text DEFAULT NULL,
     min_vectors integer DEFAULT 5000,
-    max_count integer DEFAULT 10000
+    max_count integer DEFAULT 2000
 )
 RETURNS TABLE (indexed integer)
 LANGUAGE plpgsql
@@ -426,14 +426,15 @@ BEGIN
     -- No pgvector: recall matches words. Before 0.8 its HNSW scans stop at hnsw.ef_search
     -- rows, so other owners' vectors would crowd an owner's out: recall scans instead.
     IF v_vectors IS NULL OR (
-        SELECT (regexp_match(e.extversion, '^(\d+)\.(\d+)'))::integer[] < ARRAY[0, 8]
+        SELECT (regexp_match(e.extversion, '^([0-9]+)[.]([0-9]+)'))::integer[] < ARRAY[0, 8]
         FROM pg_catalog.pg_extension AS e WHERE e.extname = 'vector'
     ) THEN
         RETURN QUERY SELECT 0;
         RETURN;
     END IF;
-    -- Until the model's index exists, everything that qualifies is moved at once and the
-    -- index is then built over it: a build is many times faster than inserting each vector.
+    -- The model's index is built over the first max_count vectors moved, and every later
+    -- one is inserted into it: each call's work, and the SHARE lock of the build (vector
+    -- writes wait for it), stay bounded whatever the owners hold.
     v_first := to_regclass('prme.' || quote_ident(v_index)) IS NULL;
 
     -- An owner qualifies with min_vectors unindexed vectors (an owner none of whose
@@ -457,7 +458,7 @@ BEGIN
         INNER JOIN prme.node_embeddings AS v
             ON v.model_id = index_embeddings.model_id AND v.user_id = o.user_id
         WHERE NOT v.indexed AND v.embedding IS NOT NULL
-        LIMIT CASE WHEN v_first THEN NULL ELSE index_embeddings.max_count END
+        LIMIT index_embeddings.max_count
         FOR UPDATE OF v SKIP LOCKED
     )
     UPDATE prme.node_embeddings AS e SET indexed = TRUE
@@ -483,7 +484,7 @@ $$;
 COMMENT ON FUNCTION prme.index_embeddings(text, integer, integer) IS
 'Moves vectors of model_id (NULL: of every registered model) into the model''s HNSW index: those of every owner with '
 'at least min_vectors of them, and those stored since for owners already indexed, at most max_count per call and '
-'model (all of them, then the index is built, the first time). Returns how many moved (0: nothing left, or no '
+'model (the index is built over the first ones). Returns how many moved (0: nothing left, or no '
 'pgvector 0.8). Recall by meaning is exact for the other owners and approximate (the index''s) for these. For the '
 'embedding worker and a scheduled job; see docs/RECALL.md, "Scale".';
 

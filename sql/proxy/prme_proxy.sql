@@ -478,7 +478,7 @@ COMMENT ON FUNCTION prme.get_snapshot(text,text,text) IS
 REVOKE ALL ON FUNCTION prme.get_snapshot(text,text,text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.get_snapshot(text,text,text) TO prme_app;
 
-CREATE FUNCTION prme.index_embeddings(model_id text DEFAULT NULL::text, min_vectors integer DEFAULT 5000, max_count integer DEFAULT 10000)
+CREATE FUNCTION prme.index_embeddings(model_id text DEFAULT NULL::text, min_vectors integer DEFAULT 5000, max_count integer DEFAULT 2000)
 RETURNS TABLE(indexed integer)
 LANGUAGE plproxy
 AS $$
@@ -486,7 +486,7 @@ AS $$
     RUN ON ALL;
 $$;
 COMMENT ON FUNCTION prme.index_embeddings(text,integer,integer) IS
-'Moves vectors of model_id (NULL: of every registered model) into the model''s HNSW index: those of every owner with at least min_vectors of them, and those stored since for owners already indexed, at most max_count per call and model (all of them, then the index is built, the first time). Returns how many moved (0: nothing left, or no pgvector 0.8). Recall by meaning is exact for the other owners and approximate (the index''s) for these. For the embedding worker and a scheduled job; see docs/RECALL.md, "Scale".';
+'Moves vectors of model_id (NULL: of every registered model) into the model''s HNSW index: those of every owner with at least min_vectors of them, and those stored since for owners already indexed, at most max_count per call and model (the index is built over the first ones). Returns how many moved (0: nothing left, or no pgvector 0.8). Recall by meaning is exact for the other owners and approximate (the index''s) for these. For the embedding worker and a scheduled job; see docs/RECALL.md, "Scale".';
 REVOKE ALL ON FUNCTION prme.index_embeddings(text,integer,integer) FROM public;
 GRANT EXECUTE ON FUNCTION prme.index_embeddings(text,integer,integer) TO prme_app;
 
