@@ -44,6 +44,22 @@ def _setting(con: duckdb.DuckDBPyConnection, user_id: str, stability: str) -> tu
     return row[0], row[1]
 
 
+# The same for several owners at once (a batch of many owners' memories): each owner's
+# review cadence per stability, its own row else the default's.
+REVIEW_CADENCES = (
+    "SELECT DISTINCT ON (o.user_id, s.stability) o.user_id, s.stability, s.review_cadence "
+    "FROM (SELECT unnest(CAST($user_ids AS VARCHAR [])) AS user_id) AS o "
+    "JOIN prme.maintenance_settings AS s ON s.user_id = o.user_id OR s.user_id = '*' "
+    "ORDER BY o.user_id, s.stability, s.user_id = '*'"
+)
+
+
+def _review_cadences(con: duckdb.DuckDBPyConnection, user_ids: list[str]) -> dict[tuple[str, str], timedelta]:
+    """(owner, stability) -> review cadence, as :func:`_setting` gives it, for every stability."""
+    rows = con.execute(REVIEW_CADENCES, {"user_ids": user_ids}).fetchall()
+    return {(user_id, stability): cadence for user_id, stability, cadence in rows}
+
+
 SETTINGS = (
     "SELECT DISTINCT ON (stability) stability, review_cadence, decay_per_cycle, "
     "CASE WHEN user_id = '*' THEN 'default' ELSE 'owner' END AS source "
