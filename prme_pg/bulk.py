@@ -288,7 +288,7 @@ class _Pipeline:
     psycopg's statements do not: on two cores the three overlap (docs/PERFORMANCE.md).
 
     A unit that fails stops every later one before it starts (none of them is written), and
-    :meth:`result` of the failed unit raises its error in the caller's thread, in file order.
+    its error is raised in the caller's thread by :meth:`send` or :meth:`drain`, in file order.
     """
 
     def __init__(self, embed: Callable[[_Unit], list[AddNodes]], write: Callable[[_Unit, list[AddNodes]], _Written]):
@@ -391,7 +391,7 @@ def import_lines(
 
     def write_batch(user_id: str, batch: list[ImportLine], request: AddNodes, written: _Written) -> None:
         items: list[NodeItem] = list(request.items)  # with their vectors
-        while True:
+        while items:  # (every line of the batch skipped: nothing to write)
             try:
                 nodes = client.add_nodes(items, user_id=user_id)
             except (InvalidInput, IdempotencyConflict) as exc:

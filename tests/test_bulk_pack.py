@@ -203,3 +203,14 @@ def test_the_import_holds_at_most_a_few_batches_whatever_the_file(tmp_path: Path
     assert summary.created == 600
     assert len(ahead) > 20
     assert max(ahead) <= (IN_FLIGHT + 1) * 20
+
+
+def test_an_owner_whose_every_line_is_skipped_is_not_counted(tmp_path: Path) -> None:
+    rows = _owners_rows(6, 2)
+    rows.insert(
+        3, {"id": "lonely", "user_id": "owner-9", "content": "x", "confidence_base": 7}
+    )  # the engine refuses it
+    with MemoryClient(tmp_path / "pack", embedder=False) as memory:
+        summary = import_lines(memory, _lines(rows), batch_size=10, skip_invalid=True)
+        assert (summary.created, len(summary.owners), [s["line"] for s in summary.skipped]) == (6, 2, [4])
+        assert memory.list_nodes(user_id="owner-9") == []
