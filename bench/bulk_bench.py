@@ -11,12 +11,13 @@ format, an external id per line), then imports it with ``prme_pg.bulk.import_lin
 ``prme-pg import`` does: read line by line, parsed and checked in Python, written in
 ``add_nodes`` batches of 1,000 (one transaction each). PostgreSQL is a throwaway cluster
 from this machine's binaries with the server defaults (every commit flushed). Reported:
-memories per second (created, end to end: file read, parse, engine), and the process's
-peak RSS growth over the import, for the file and for one five times its size -- the import
-streams, so the second should not be larger. The same file is imported into a new memory
-pack too. The client embeds every batch with its default embedder (one model call per
-batch, the vectors stored beside the memories), as ``prme-pg import`` does; ``--no-embedder``
-measures words only. Targets: >= 5,000/s into PostgreSQL, >= 2,000/s into a pack.
+memories per second (created, end to end: file read, parse, engine), and the peak RSS
+growth over the import, for the file and for one five times its size, each imported by a
+process of its own (so neither inherits the other's peak) -- the import streams, so the
+second should not be larger. The same files are imported into new memory packs too. The
+client embeds every batch with its default embedder (one model call per batch, the vectors
+stored beside the memories), as ``prme-pg import`` does; ``--no-embedder`` measures words
+only. Targets: >= 5,000/s into PostgreSQL, >= 2,000/s into a pack.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,14 +60,70 @@ def run_import(target: str | Path, path: Path, embedder: bool = True) -> dict[st
     return {"created": summary.created, "seconds": round(seconds, 3), "per_second": round(summary.created / seconds)}
 
 
+#: The pack's DuckDB cache limit while its memory is measured (``--pack-memory-limit``): DuckDB
+#: keeps the blocks it wrote cached up to its memory_limit (by default 80 % of RAM), the pack's
+#: data rather than the import's; bounded, it shows what the import itself holds.
+PACK_MEMORY_LIMIT = "64MB"
+
+
+def rss_growth(engine: str, target: str | Path, path: Path, embedder: bool, limit: str | None = None) -> float:
+    """The peak RSS growth (MB) of importing ``path`` into ``target``, in a process of its own."""
+    command = [sys.executable, __file__, "--rss-child", engine, str(target), str(path)]
+    if limit:
+        command += ["--pack-memory-limit", limit]
+    if not embedder:
+        command.append("--no-embedder")
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def rss_child(engine: str, target: str, path: Path, embedder: bool, limit: str | None) -> None:
+    with MemoryClient(Path(target) if engine == "pack" else target, embedder=None if embedder else False) as memory:
+        if embedder:
+            memory.warm_up()  # the model's own memory is not the import's
+        if limit:
+            memory.backend._con.execute(f"SET memory_limit = '{limit}'")  # type: ignore[attr-defined]
+        before = peak_rss_mb()
+        with path.open("rb") as stream:
+            import_lines(memory, read_lines(stream))
+    print(round(peak_rss_mb() - before, 1))
+
+
+def pack_memory(folder: Path, count: int, embed: bool) -> list[dict[str, object]]:
+    small, large = folder / "rss-small.jsonl", folder / "rss-large.jsonl"
+    write_file(small, count, 100)
+    write_file(large, 5 * count, 100)
+    rows: list[dict[str, object]] = []
+    for limit in (None, PACK_MEMORY_LIMIT):
+        growth = [
+            rss_growth("pack", folder / f"rss-pack-{path.stem}-{limit}", path, embed, limit) for path in (small, large)
+        ]
+        rows.append(
+            {
+                "engine": "pack",
+                "duckdb_memory_limit": limit or "default",
+                "rss_growth_mb": {"file": growth[0], "file_x5": growth[1]},
+                "lines": count,
+            }
+        )
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-embedder", action="store_true", help="words only: no vectors")
     parser.add_argument("--pack-only", action="store_true", help="only the memory pack import")
+    parser.add_argument("--no-memory", action="store_true", help="no RSS measurement (the 5x file)")
+    parser.add_argument("--rss-child", nargs=3, metavar=("ENGINE", "TARGET", "FILE"), help=argparse.SUPPRESS)
+    parser.add_argument("--pack-memory-limit", help=argparse.SUPPRESS)
     args = parser.parse_args()
     embed = not args.no_embedder
+    if args.rss_child:
+        engine, target, file = args.rss_child
+        rss_child(engine, target, Path(file), embed, args.pack_memory_limit)
+        return 0
     results: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as folder:
         for owners in (1, 100):
@@ -73,6 +131,8 @@ def main() -> int:
             write_file(path, args.count, owners)
             result = run_import(Path(folder) / f"pack-{owners}", path, embed)
             results.append({"engine": "pack", "owners": owners, "memories": args.count, "embedder": embed, **result})
+        if not args.no_memory:
+            results += pack_memory(Path(folder), args.count, embed)
     if args.pack_only:
         for row in results:
             print(json.dumps(row) if args.json else "  ".join(f"{key}={value}" for key, value in row.items()))
@@ -95,15 +155,18 @@ def main() -> int:
             write_file(small, args.count, 100)
             write_file(large, 5 * args.count, 100)
             growth = []
-            for path in (small, large):
+            for path in [] if args.no_memory else [small, large]:
                 name = testing.create_database(server, prefix="prme_bulk_bench")
                 testing.install_schema(server.dsn_for(name))
-                before = peak_rss_mb()
-                run_import(server.dsn_for(name), path, embed)
-                growth.append(round(peak_rss_mb() - before, 1))
-            results.append(
-                {"engine": "postgres", "rss_growth_mb": {"file": growth[0], "file_x5": growth[1]}, "lines": args.count}
-            )
+                growth.append(rss_growth("postgres", server.dsn_for(name), path, embed))
+            if growth:
+                results.append(
+                    {
+                        "engine": "postgres",
+                        "rss_growth_mb": {"file": growth[0], "file_x5": growth[1]},
+                        "lines": args.count,
+                    }
+                )
     finally:
         server.close()
     if args.json:

@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -130,6 +130,7 @@ def measure(side: Side, call: Callable[[], Any], seconds: float) -> float:
 def compare(
     name: str, raw: Callable[[], Any], client: Callable[[], Any], rounds: int, seconds: float, target: float = 0.8
 ) -> Comparison:
+    """Alternating rounds of raw and client calls, each side measured back to back."""
     result = Comparison(name, Side(), Side(), target)
     raw(), client()  # warm up: prepared statements, caches
     for i in range(rounds):
@@ -196,21 +197,40 @@ def postgres_comparisons(rounds: int, seconds: float) -> list[Comparison]:
         server.close()
 
 
+_compare = compare
+
 # -- DuckDB ------------------------------------------------------------------------------
 
 
-def _new_pack(root: Path, label: str) -> tuple[Path, list[uuid.UUID]]:
+#: Memories made beforehand for archive_node (a memory is archived once): enough for the rounds.
+ARCHIVE_POOL = 6000
+
+
+def _new_pack(root: Path, label: str) -> tuple[Path, list[uuid.UUID], list[uuid.UUID]]:
+    """A pack with NODES memories to write to, and ARCHIVE_POOL more to archive one by one."""
     path = root / label
-    with MemoryClient(path) as memory:
+    with MemoryClient(path, embedder=False) as memory:
         nodes = [memory.add_node(f"memory {i}", user_id=USER).id for i in range(NODES)]
-    return path, nodes
+        pool = []
+        for start in range(0, ARCHIVE_POOL, 1000):
+            items = [{"content": f"to archive {i}"} for i in range(start, start + 1000)]
+            pool += [node.id for node in memory.add_nodes(items, user_id=USER)]
+    return path, nodes, pool
 
 
-def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
+def duckdb_comparisons(rounds: int, seconds: float, only: str | None = None) -> list[Comparison]:
+    """The pack's writes against the same work by hand; ``only``: the comparisons whose name
+    holds it."""
+
+    def compare(name: str, raw: Callable[[], Any], client: Callable[[], Any], *args: Any, **kw: Any) -> Comparison:
+        if only is not None and only not in name:
+            return Comparison(name, Side(), Side(), kw.get("target", 0.8))
+        return _compare(name, raw, client, *args, **kw)
+
     root = Path(tempfile.mkdtemp(prefix="prme-client-bench-"))
     try:
-        client_path, client_nodes = _new_pack(root, "client")
-        raw_path, raw_nodes = _new_pack(root, "raw")
+        client_path, client_nodes, client_pool = _new_pack(root, "client")
+        raw_path, raw_nodes, raw_pool = _new_pack(root, "raw")
         # Words only: the comparisons are of the engine's writes, not of the embedder.
         memory = MemoryClient(client_path, embedder=False)
         con = duckdb.connect(str(raw_path / PACK_FILE))
@@ -294,18 +314,40 @@ def duckdb_comparisons(rounds: int, seconds: float) -> list[Comparison]:
         by_hand = _by_hand(con, raw_nodes)
         # Issue 15, item 4: the pack's confirmation at >= 0.5x the same rows written by hand.
         results.append(compare("DuckDB pack reinforce vs by hand", by_hand, client_fresh, rounds, seconds, target=0.5))
-        # Issue 35, item 4: the pack's add_node at >= 0.5x the same rows written by hand.
-        count = iter(range(1 << 62))
-        results.append(
-            compare(
-                "DuckDB pack add_node vs by hand",
+        # Issue 35, item 4: every pack write at >= 0.5x the same rows written by hand.
+        turn = iter(range(1 << 62))
+        archived = iter(client_pool)
+        writes: list[tuple[str, Callable[[], None], Callable[[], Any]]] = [
+            (
+                "add_node",
                 _add_node_by_hand(con),
-                lambda: memory.add_node(f"memory {next(count)} about editors, tabs and habits", user_id=USER),
-                rounds,
-                seconds,
-                target=0.5,
-            )
-        )
+                lambda: memory.add_node(f"memory {next(turn)} about editors, tabs and habits", user_id=USER),
+            ),
+            (
+                "add_event",
+                _add_event_by_hand(con),
+                lambda: memory.add_event(f"event {next(turn)}: yes, tabs please", user_id=USER),
+            ),
+            (
+                "record_outcome",
+                _record_outcome_by_hand(con, raw_nodes),
+                lambda: memory.record_outcome(
+                    client_nodes[next(turn) % NODES], "implicit_success", user_id=USER, request_id=uuid.uuid4()
+                ),
+            ),
+            (
+                "archive_node",
+                _archive_by_hand(con, iter(raw_pool)),
+                lambda: memory.archive_node(next(archived), user_id=USER),
+            ),
+            (
+                "mark_reviewed",
+                _mark_reviewed_by_hand(con, raw_nodes),
+                lambda: memory.mark_reviewed(client_nodes[next(turn) % NODES], user_id=USER),
+            ),
+        ]
+        for name, raw, client in writes:
+            results.append(compare(f"DuckDB pack {name} vs by hand", raw, client, rounds, seconds, target=0.5))
         memory.close()
         con.close()
         return results
@@ -425,8 +467,234 @@ def _add_node_by_hand(con: duckdb.DuckDBPyConnection) -> Callable[[], None]:
     return call
 
 
+def _record(op: str, node_id: uuid.UUID, before: dict[str, Any] | None, after: dict[str, Any], **fields: Any) -> str:
+    """A journal record of the same shape and size as the engine's, as a user would make one:
+    sorted JSON of both states and the change's fields (no RFC 8785 care, no validation)."""
+    document = {
+        "after": after, "before": before, "evidence_id": None, "node_id": str(node_id), "op": op,
+        "operation_id": str(uuid.uuid4()), "policy": None, "prev_checksum": None, "recorded_at": _now().isoformat(),
+        "request_id": None, "user_id": USER, "version": 2, **fields,
+    }  # fmt: skip
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+
+
+# The node's state as a user without prme would read it: every column a record holds.
+_STATE = (
+    "id, user_id, namespace, scope, kind, content, confidence_base, salience_base, reinforcement_boost, "
+    "last_reinforced_at, evidence_refs, stability, next_review_at, lifecycle_state, decay_profile, created_at, "
+    "updated_at, version"
+)
+
+
+def _state(con: duckdb.DuckDBPyConnection, node_id: uuid.UUID, extra: str = "") -> tuple[dict[str, Any], list[Any]]:
+    cursor = con.execute(
+        f"SELECT {_STATE}, last_checksum{extra} FROM prme.nodes WHERE user_id = ? AND id = ?", [USER, node_id]
+    )
+    row = cursor.fetchone()
+    assert row is not None
+    names = [column[0] for column in cursor.description or ()]
+    return dict(zip(names[:18], row[:18], strict=True)), list(row[18:])
+
+
+def _add_event_by_hand(con: duckdb.DuckDBPyConnection) -> Callable[[], None]:
+    """add_event's row by hand: one INSERT, COMMIT (an event is not journaled)."""
+    turn = iter(range(1 << 62))
+
+    def call() -> None:
+        now = _now()
+        con.execute("BEGIN TRANSACTION")
+        con.execute(
+            "INSERT INTO prme.events VALUES (?, ?, 'default', 'personal', 'message', ?, '{}', ?, ?)",
+            [uuid.uuid4(), USER, f"event {next(turn)}: yes, tabs please", now, now],
+        )
+        con.execute("COMMIT")
+
+    return call
+
+
+def _record_outcome_by_hand(con: duckdb.DuckDBPyConnection, nodes: list[uuid.UUID]) -> Callable[[], None]:
+    """record_outcome's rows by hand, with a request_id as the client call has: read the node's
+    version and namespace, INSERT the key and the outcome row, UPDATE the node's running totals,
+    COMMIT (an outcome is not journaled). No validation, no replay check, no evidence check."""
+    turn = iter(range(1 << 62))
+
+    def call() -> None:
+        node_id, request_id, now = nodes[next(turn) % NODES], uuid.uuid4(), _now()
+        con.execute("BEGIN TRANSACTION")
+        row = con.execute("SELECT version, namespace FROM prme.nodes WHERE user_id = ? AND id = ?", [USER, node_id])
+        version, namespace = row.fetchone() or (1, "default")
+        con.execute(
+            "INSERT INTO prme.request_keys VALUES (?, ?, ?, 'record_outcome', ?, NULL, ?, ?)",
+            [USER, namespace, request_id, node_id, version, now],
+        )
+        con.execute(
+            "INSERT INTO prme.outcomes (user_id, id, node_id, outcome, weight, request_id, recorded_by, node_version, "
+            "created_at) VALUES (?, ?, ?, 'implicit_success', 0.2, ?, 'record_outcome', ?, ?)",
+            [USER, uuid.uuid4(), node_id, request_id, version, now],
+        )
+        con.execute(
+            "UPDATE prme.nodes SET implicit_successes = implicit_successes + 1, last_outcome_at = ? "
+            "WHERE user_id = ? AND id = ?",
+            [now, USER, node_id],
+        )
+        con.execute("COMMIT")
+
+    return call
+
+
+def _archive_by_hand(con: duckdb.DuckDBPyConnection, pool: Iterator[uuid.UUID]) -> Callable[[], None]:
+    """archive_node's rows by hand: read the node's state, build an archive record of the same
+    size in Python (both states, sorted JSON, sha256), UPDATE the node, INSERT the record, COMMIT."""
+
+    def call() -> None:
+        node_id, now = next(pool), _now()
+        con.execute("BEGIN TRANSACTION")
+        before, (last_checksum,) = _state(con, node_id)
+        after = {**before, "lifecycle_state": "archived", "updated_at": now, "version": before["version"] + 1}
+        record = _record("archive", node_id, before, after, prev_checksum=last_checksum)
+        checksum = hashlib.sha256(record.encode()).hexdigest()
+        con.execute(
+            "UPDATE prme.nodes SET lifecycle_state = 'archived', updated_at = ?, version = ?, last_checksum = ? "
+            "WHERE user_id = ? AND id = ?",
+            [now, after["version"], checksum, USER, node_id],
+        )
+        con.execute(
+            "INSERT INTO prme.journal VALUES (?, ?, ?, 2, 'archive', ?, NULL, NULL, ?, ?, ?, ?, NULL)",
+            [USER, node_id, after["version"], uuid.uuid4(), record, checksum, last_checksum, now],
+        )
+        con.execute("COMMIT")
+
+    return call
+
+
+def _mark_reviewed_by_hand(con: duckdb.DuckDBPyConnection, nodes: list[uuid.UUID]) -> Callable[[], None]:
+    """mark_reviewed's rows by hand: read the node's state and outcome totals, next review one
+    week ahead (the default cadence, known to the user), a review record of the same size in
+    Python, UPDATE the node (state, chain link, settled totals), INSERT the record, COMMIT."""
+    turn = iter(range(1 << 62))
+
+    def call() -> None:
+        node_id, now = nodes[next(turn) % NODES], _now()
+        con.execute("BEGIN TRANSACTION")
+        totals = (
+            ", recorded_reinforcements + reinforcements, implicit_successes, neutral_exposures, explicit_corrections"
+        )
+        before, (last_checksum, er, isx, ne, ec) = _state(con, node_id, totals)
+        after = {
+            **before,
+            "next_review_at": now + timedelta(days=7),
+            "updated_at": now,
+            "version": before["version"] + 1,
+        }
+        record = _record("review", node_id, before, after, prev_checksum=last_checksum, policy="maintenance_v1")
+        checksum = hashlib.sha256(record.encode()).hexdigest()
+        con.execute(
+            "UPDATE prme.nodes SET next_review_at = ?, updated_at = ?, version = ?, last_checksum = ?, "
+            "reviewed_explicit_reinforcements = ?, reviewed_implicit_successes = ?, reviewed_neutral_exposures = ?, "
+            "reviewed_explicit_corrections = ?, reviewed_at = ? WHERE user_id = ? AND id = ?",
+            [after["next_review_at"], now, after["version"], checksum, er, isx, ne, ec, now, USER, node_id],
+        )
+        con.execute(
+            "INSERT INTO prme.journal VALUES (?, ?, ?, 2, 'review', ?, NULL, NULL, ?, ?, ?, ?, NULL)",
+            [USER, node_id, after["version"], uuid.uuid4(), record, checksum, last_checksum, now],
+        )
+        con.execute("COMMIT")
+
+    return call
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+# -- where a pack write's time goes (issue 35, item 4) ---------------------------------
+
+
+class _TimedConnection:
+    """A pack connection whose statements add their CPU time (this process's, DuckDB's threads
+    included) to ``costs``, keyed by the statement's first words."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, costs: dict[str, float]) -> None:
+        self._con, self._costs = con, costs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+    def execute(self, statement: str, *args: Any) -> Any:
+        start = time.process_time()
+        try:
+            return self._con.execute(statement, *args)
+        finally:
+            key = " ".join(statement.split())[:48]
+            self._costs[key] = self._costs.get(key, 0.0) + time.process_time() - start
+
+
+def pack_statement_costs(calls: int) -> dict[str, tuple[float, dict[str, float]]]:
+    """Each pack write ``calls`` times: CPU ms per call, and per statement (and COMMIT)."""
+    from prme_pg.backends.duckdb.connection import PackConnection
+
+    costs: dict[str, float] = {}
+    run = PackConnection.run
+
+    def timed_run(self: PackConnection, work: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
+        def timed(con: duckdb.DuckDBPyConnection) -> Any:
+            result = work(_TimedConnection(con, costs))  # type: ignore[arg-type]
+            start = time.process_time()
+            con.execute("COMMIT")  # timed here; run's own COMMIT then ends an empty transaction
+            costs["COMMIT"] = costs.get("COMMIT", 0.0) + time.process_time() - start
+            con.execute("BEGIN TRANSACTION")
+            return result
+
+        return run(self, timed)
+
+    results: dict[str, tuple[float, dict[str, float]]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="prme_statements_") as tmp,
+        MemoryClient(Path(tmp), embedder=False) as memory,
+    ):
+        nodes = [
+            n.id for n in memory.add_nodes([{"content": f"memory {i} about tabs"} for i in range(calls)], user_id=USER)
+        ]
+        writes: dict[str, Callable[[int], Any]] = {
+            "add_node": lambda i: memory.add_node(f"memory {i} about editors, tabs and habits", user_id=USER),
+            "add_event": lambda i: memory.add_event(f"event {i}: yes, tabs please", user_id=USER),
+            "reinforce": lambda i: memory.reinforce(nodes[i], user_id=USER, request_id=uuid.uuid4()),
+            "record_outcome": lambda i: memory.record_outcome(
+                nodes[i], "implicit_success", user_id=USER, request_id=uuid.uuid4()
+            ),
+            "mark_reviewed": lambda i: memory.mark_reviewed(nodes[i], user_id=USER),
+            "archive_node": lambda i: memory.archive_node(nodes[i], user_id=USER),
+        }
+        PackConnection.run = timed_run  # type: ignore[method-assign]
+        try:
+            for name, write in writes.items():
+                costs.clear()
+                start = time.process_time()
+                for i in range(calls):
+                    write(i)
+                total = (time.process_time() - start) * 1000 / calls
+                results[name] = (total, {key: value * 1000 / calls for key, value in costs.items()})
+        finally:
+            PackConnection.run = run  # type: ignore[method-assign]
+    return results
+
+
+def statements_report(results: dict[str, tuple[float, dict[str, float]]], console: Console) -> None:
+    table = Table(title="Pack writes: CPU ms per call, and per statement")
+    for column in ("write", "CPU ms/call", "statement", "ms", "share"):
+        table.add_column(column, justify="right" if column in ("CPU ms/call", "ms", "share") else "left")
+    for name, (total, statements) in results.items():
+        rows = sorted(statements.items(), key=lambda item: -item[1])
+        rest = total - sum(statements.values())
+        for index, (statement, ms) in enumerate([*rows, ("Python, BEGIN", rest)]):
+            table.add_row(
+                name if index == 0 else "",
+                f"{total:.2f}" if index == 0 else "",
+                statement,
+                f"{ms:.2f}",
+                f"{ms / total:.0%}",
+            )
+    console.print(table)
 
 
 # -- pack recall (issue 18, item 3) ---------------------------------------------------
@@ -701,16 +969,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recall-calls", type=int, default=200, help="recall calls per query kind (default 200)")
     parser.add_argument("--report-only", action="store_true", help="only the pack maintenance report measurement")
     parser.add_argument(
-        "--pack-reinforce-only", action="store_true", help="only the pack confirmation comparisons (no PostgreSQL)"
+        "--pack-reinforce-only",
+        "--pack-writes-only",
+        action="store_true",
+        help="only the pack write comparisons (no PostgreSQL)",
     )
+    parser.add_argument(
+        "--statements", type=int, metavar="CALLS", help="only: each pack write CALLS times, its CPU per statement"
+    )
+    parser.add_argument("--only", help="with --pack-writes-only: the comparisons whose name holds this text")
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 6)
     seconds = args.seconds or (2.0 if args.quick else 3.0)
 
     console = Console(stderr=args.json, width=None if sys.stdout.isatty() else 150)
+    if args.statements:
+        statements_report(pack_statement_costs(args.statements), console)
+        return 0
     if args.pack_reinforce_only:
         with console.status("DuckDB: pack client vs the same statements by hand ..."):
-            pack_results = duckdb_comparisons(rounds, seconds)
+            pack_results = [r for r in duckdb_comparisons(rounds, seconds, args.only) if r.round_ratios]
         report(pack_results, console)
         return 0 if all(r.ok for r in pack_results) else 1
     with console.status(f"DuckDB: pack maintenance report over {REPORT_MEMORIES:,} memories ..."):

@@ -14,20 +14,27 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 
-from .backends import MAX_BATCH_ITEMS, NodeItem
-from .client import NODE_ITEM_FIELDS, node_item
+from .backends import MAX_BATCH_ITEMS, AddNodes, NodeItem, SyncBackend
+from .backends.duckdb import DuckDBBackend
+from .client import NODE_ITEM_FIELDS, add_nodes_request, node_item
+from .embeddings import Embedder
 from .errors import IdempotencyConflict, InvalidInput
 from .journal import canonical_json
 from .models import JournalRecord, Node
 from .validation import UUID_TEXT, loads_strict, valid_user_id
+
+T = TypeVar("T")
 
 __all__ = [
     "FORMATS",
@@ -237,6 +244,12 @@ def read_lines(stream: LineSource | IO[bytes]) -> Iterator[tuple[int, bytes]]:
 class _Client(Protocol):
     def add_nodes(self, items: Iterable[Mapping[str, Any] | NodeItem], *, user_id: str) -> list[Node]: ...
 
+    @property
+    def embedder(self) -> Embedder | None: ...
+
+    @property
+    def backend(self) -> SyncBackend: ...
+
 
 def _item_index(exc: Exception) -> int | None:
     """The index N of an engine error about items[N]."""
@@ -246,6 +259,93 @@ def _item_index(exc: Exception) -> int | None:
         if number.isdigit():
             return int(number)
     return None
+
+
+#: A unit of work of an import: one or more owners' batches, each of one owner, up to
+#: ``batch_size`` memories in all; a pack writes a unit in one transaction, PostgreSQL each
+#: batch in its own.
+_Unit = list[tuple[str, list[ImportLine]]]
+
+#: Units handed on and not yet written, at most: parsing, embedding and writing overlap.
+IN_FLIGHT = 2
+
+
+class _Stopped(Exception):
+    """A unit after one that failed: not written."""
+
+
+@dataclass
+class _Written:
+    nodes: list[Node]
+    owners: list[str]
+    skipped: list[tuple[int, str]]
+
+
+class _Pipeline:
+    """Units flow from the caller's thread (reading and parsing lines) to a thread that embeds
+    their contents and a thread that writes them, in order, at most :data:`IN_FLIGHT` units
+    ahead of the caller. Parsing holds the GIL, while the model's tokenizer and DuckDB's or
+    psycopg's statements do not: on two cores the three overlap (docs/PERFORMANCE.md).
+
+    A unit that fails stops every later one before it starts (none of them is written), and
+    its error is raised in the caller's thread by :meth:`send` or :meth:`drain`, in file order.
+    """
+
+    def __init__(self, embed: Callable[[_Unit], list[AddNodes]], write: Callable[[_Unit, list[AddNodes]], _Written]):
+        self._embed, self._write = embed, write
+        self._embedding = ThreadPoolExecutor(1, thread_name_prefix="prme-import-embed")
+        self._writing = ThreadPoolExecutor(1, thread_name_prefix="prme-import-write")
+        self._pending: deque[Future[_Written]] = deque()
+        self._sent = 0
+        self._failed = 1 << 62  # the first unit that failed: no later unit starts
+        self._guard = threading.Lock()
+
+    def _run(self, number: int, step: Callable[[], T]) -> T:
+        if number > self._failed:
+            raise _Stopped
+        try:
+            return step()
+        except BaseException:
+            with self._guard:
+                self._failed = min(self._failed, number)
+            raise
+
+    def send(self, unit: _Unit) -> list[_Written]:
+        """Hand on a unit; return what finished meanwhile (in order), waiting while
+        more than :data:`IN_FLIGHT` units are unfinished."""
+        number, self._sent = self._sent, self._sent + 1
+        embedded = self._embedding.submit(self._run, number, lambda: self._embed(unit))
+        self._pending.append(self._writing.submit(self._run, number, lambda: self._write(unit, embedded.result())))
+        done = []
+        while self._pending and (len(self._pending) > IN_FLIGHT or self._pending[0].done()):
+            done.append(self._pending.popleft().result())
+        return done
+
+    def drain(self) -> list[_Written]:
+        """Wait for every unit handed on; what they wrote, in order (or the first one's error;
+        none after a unit whose error was raised already: they were not written)."""
+        done = []
+        while self._pending:
+            try:
+                done.append(self._pending.popleft().result())
+            except _Stopped:
+                break
+        return done
+
+    def close(self) -> None:
+        """Start no unit that has not started; wait for the one being written."""
+        with self._guard:
+            self._failed = -1
+        for executor in (self._embedding, self._writing):
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _writes_together(client: _Client) -> Callable[[list[AddNodes]], list[list[Node]]] | None:
+    """A memory pack's write of several owners' batches in one transaction; None elsewhere."""
+    if not hasattr(client, "backend"):
+        return None
+    backend = client.backend
+    return backend.add_nodes_together if isinstance(backend, DuckDBBackend) else None
 
 
 def import_lines(
@@ -259,12 +359,14 @@ def import_lines(
     on_progress: Callable[[ImportSummary], None] | None = None,
 ) -> ImportSummary:
     """Import numbered lines of ``format`` through ``client.add_nodes``, one owner's batch of
-    up to ``batch_size`` memories per transaction.
+    up to ``batch_size`` memories per transaction; on a memory pack, each ``batch_size``
+    lines in one transaction, whatever their owners (each owner's part an add_nodes batch).
 
     A bad line raises :class:`LineError` before the batches it would have joined are written
     (those already written stay: a run again replays them), unless ``skip_invalid``, which
     records it in the summary's ``skipped`` and goes on. At most :data:`MAX_BUFFERED`
-    memories are held at once, whatever the file's size.
+    memories are held at once (``batch_size`` on a pack), and :data:`IN_FLIGHT` units of
+    ``batch_size`` being embedded and written, whatever the file's size.
     """
     if format not in _ADAPTERS:
         raise InvalidInput(f"format must be one of {', '.join(FORMATS)}")
@@ -272,58 +374,105 @@ def import_lines(
         raise InvalidInput(f"batch_size must be between 1 and {MAX_BATCH_ITEMS}")
     summary = ImportSummary(format)
     started = time.perf_counter()
+    embedder = client.embedder
+    together = _writes_together(client)
     buffers: dict[str, list[ImportLine]] = {}
     buffered = 0
 
-    def skip(line: int, reason: str) -> None:
-        summary.skipped.append({"line": line, "error": reason})
+    def embed(unit: _Unit) -> list[AddNodes]:
+        # The client's own request (client.add_nodes makes the same), for the whole unit at
+        # once: one call of its model per unit, whatever the number of owners.
+        request = add_nodes_request([entry.item for _, batch in unit for entry in batch], unit[0][0], embedder)
+        requests, start = [], 0
+        for user_id, batch in unit:
+            requests.append(AddNodes(user_id=user_id, items=request.items[start : start + len(batch)]))
+            start += len(batch)
+        return requests
 
-    def write(user_id: str) -> None:
-        nonlocal buffered
-        batch = buffers.pop(user_id)
-        buffered -= len(batch)
-        while batch:
+    def write_batch(user_id: str, batch: list[ImportLine], request: AddNodes, written: _Written) -> None:
+        items: list[NodeItem] = list(request.items)  # with their vectors
+        while items:  # (every line of the batch skipped: nothing to write)
             try:
-                nodes = client.add_nodes([entry.item for entry in batch], user_id=user_id)
+                nodes = client.add_nodes(items, user_id=user_id)
             except (InvalidInput, IdempotencyConflict) as exc:
                 index = _item_index(exc)
                 if index is None or index >= len(batch):
                     raise
-                bad = batch[index]
                 reason = str(exc).split(": ", 1)[1]
                 if not skip_invalid:
-                    raise LineError(bad.line, reason) from None
-                skip(bad.line, reason)
-                del batch[index]  # the whole batch was rolled back: send the rest again
+                    raise LineError(batch[index].line, reason) from None
+                written.skipped.append((batch[index].line, reason))
+                del batch[index], items[index]  # the whole batch was rolled back: send the rest again
                 continue
-            for node in nodes:
+            written.nodes += nodes
+            written.owners.append(user_id)
+            return
+
+    def write(unit: _Unit, requests: list[AddNodes]) -> _Written:
+        if together is not None and len(unit) > 1:
+            try:
+                results = together(requests)
+                return _Written([node for nodes in results for node in nodes], [user_id for user_id, _ in unit], [])
+            except (InvalidInput, IdempotencyConflict):
+                pass  # nothing was written: batch by batch, the refused one names its line
+        written = _Written([], [], [])
+        for (user_id, batch), request in zip(unit, requests, strict=True):
+            write_batch(user_id, batch, request, written)
+        return written
+
+    def take(*owners: str) -> _Unit:
+        nonlocal buffered
+        unit = [(owner, buffers.pop(owner)) for owner in owners]
+        buffered -= sum(len(batch) for _, batch in unit)
+        return unit
+
+    def largest() -> str:
+        return max(buffers, key=lambda owner: len(buffers[owner]))
+
+    def account(done: list[_Written]) -> None:
+        for written in done:
+            for line, reason in written.skipped:
+                summary.skipped.append({"line": line, "error": reason})
+            for node in written.nodes:
                 if node.replayed:
                     summary.replayed += 1
                 else:
                     summary.created += 1
-            summary.owners.add(user_id)
-            break
-        if on_progress is not None:
-            on_progress(summary)
+            summary.owners.update(written.owners)
+            if on_progress is not None:
+                on_progress(summary)
 
-    for number, text in lines:
-        summary.lines += 1
+    pipeline = _Pipeline(embed, write)
+    try:
         try:
-            entry = parse_line(text, number, format, default_user)
-        except LineError as exc:
-            if not skip_invalid:
-                raise
-            skip(exc.line, exc.reason)
-            continue
-        batch = buffers.setdefault(entry.user_id, [])
-        batch.append(entry)
-        buffered += 1
-        if len(batch) >= batch_size:
-            write(entry.user_id)
-        elif buffered >= MAX_BUFFERED:
-            write(max(buffers, key=lambda owner: len(buffers[owner])))
-    for user_id in list(buffers):
-        write(user_id)
+            for number, text in lines:
+                summary.lines += 1
+                try:
+                    entry = parse_line(text, number, format, default_user)
+                except LineError as exc:
+                    if not skip_invalid:
+                        raise
+                    summary.skipped.append({"line": exc.line, "error": exc.reason})
+                    continue
+                batch = buffers.setdefault(entry.user_id, [])
+                batch.append(entry)
+                buffered += 1
+                if together is not None:
+                    # A pack: the next batch_size memories, whatever their owners, in one transaction.
+                    if buffered >= batch_size:
+                        account(pipeline.send(take(*buffers)))
+                elif len(batch) >= batch_size:
+                    account(pipeline.send(take(entry.user_id)))
+                elif buffered >= MAX_BUFFERED:
+                    account(pipeline.send(take(largest())))
+        except LineError:
+            account(pipeline.drain())  # what was handed on before the bad line is written first
+            raise
+        while buffers:
+            account(pipeline.send(take(*buffers) if together is not None else take(largest())))
+        account(pipeline.drain())
+    finally:
+        pipeline.close()
     summary.seconds = time.perf_counter() - started
     if on_progress is not None:
         on_progress(summary)

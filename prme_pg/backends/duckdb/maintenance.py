@@ -29,19 +29,38 @@ from .rows import _node
 from .validation import _STABILITIES, valid_fraction, valid_timestamp
 from .writes import _node_row, _write_node
 
-# prme._maintenance_setting: the owner's row for the stability, else the default ('*').
+# prme._maintenance_setting: the owner's row for the stability, else the default ('*'). Both rows
+# are read and the choice made in Python: ORDER BY ... LIMIT 1 doubled the statement's cost, and
+# add_node and mark_reviewed run it on every call.
 MAINTENANCE_SETTING = (
-    "SELECT review_cadence, decay_per_cycle FROM prme.maintenance_settings "
-    "WHERE user_id IN ($user_id, '*') AND stability = $stability ORDER BY user_id = '*' LIMIT 1"
+    "SELECT user_id, review_cadence, decay_per_cycle FROM prme.maintenance_settings "
+    "WHERE user_id IN ($user_id, '*') AND stability = $stability"
 )
 
 
 def _setting(con: duckdb.DuckDBPyConnection, user_id: str, stability: str) -> tuple[timedelta, Decimal]:
     """prme._maintenance_setting: the owner's review cadence and decay per cycle for a
     stability, else the default's."""
-    row = con.execute(MAINTENANCE_SETTING, {"user_id": user_id, "stability": stability}).fetchone()
-    assert row is not None  # the defaults are rows of the pack
-    return row[0], row[1]
+    rows = con.execute(MAINTENANCE_SETTING, {"user_id": user_id, "stability": stability}).fetchall()
+    assert rows  # the defaults are rows of the pack
+    _, cadence, decay = min(rows, key=lambda row: row[0] == "*")  # the owner's first
+    return cadence, decay
+
+
+# The same for several owners at once (a batch of many owners' memories): each owner's
+# review cadence per stability, its own row else the default's.
+REVIEW_CADENCES = (
+    "SELECT DISTINCT ON (o.user_id, s.stability) o.user_id, s.stability, s.review_cadence "
+    "FROM (SELECT unnest(CAST($user_ids AS VARCHAR [])) AS user_id) AS o "
+    "JOIN prme.maintenance_settings AS s ON s.user_id = o.user_id OR s.user_id = '*' "
+    "ORDER BY o.user_id, s.stability, s.user_id = '*'"
+)
+
+
+def _review_cadences(con: duckdb.DuckDBPyConnection, user_ids: list[str]) -> dict[tuple[str, str], timedelta]:
+    """(owner, stability) -> review cadence, as :func:`_setting` gives it, for every stability."""
+    rows = con.execute(REVIEW_CADENCES, {"user_ids": user_ids}).fetchall()
+    return {(user_id, stability): cadence for user_id, stability, cadence in rows}
 
 
 SETTINGS = (
@@ -333,20 +352,15 @@ class MaintenanceOperations(PackConnection):
             after["version"] = node["version"] + 1
             operation_id = self._new_id()
             record, checksum = journal_entry("review", "maintenance_v1", node, after, operation_id, now)
-            _write_node(con, node, after, "review", operation_id, record, checksum)
-            # The review covers every outcome and confirmation so far: the totals on the row.
-            con.execute(
-                SETTLE_OUTCOMES,
-                {
-                    "user_id": user_id,
-                    "node_id": request.node_id,
-                    "er": node["recorded_reinforcements"] + node["reinforcements"],
-                    "isx": node["implicit_successes"],
-                    "ne": node["neutral_exposures"],
-                    "ec": node["explicit_corrections"],
-                    "now": now,
-                },
-            )
+            # The review covers every outcome and confirmation so far: the totals on the row,
+            # settled by the node's own write.
+            reviewed = {
+                "er": node["recorded_reinforcements"] + node["reinforcements"],
+                "isx": node["implicit_successes"],
+                "ne": node["neutral_exposures"],
+                "ec": node["explicit_corrections"],
+            }
+            _write_node(con, node, after, "review", operation_id, record, checksum, reviewed=reviewed)
             return _node(after)
 
         return self.run(work)

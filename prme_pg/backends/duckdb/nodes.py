@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -31,9 +32,9 @@ from .. import (
     Reinforce,
 )
 from .connection import PackConnection, _Retry
-from .embeddings import _model_dimensions, register_first_vector, valid_embedding
-from .maintenance import _setting
-from .records import create_entry, reinforce_entry
+from .embeddings import _model_dimensions, register_first_vector, valid_embedding, vector_rows
+from .maintenance import _review_cadences, _setting
+from .records import create_entry, journal_entry, reinforce_entry
 from .rows import _CONFIRM_NAMES, _NODE_COLUMNS, _event, _fetch_dicts, _node, _node_from_values
 from .validation import (
     _DECAY_PROFILES,
@@ -56,9 +57,12 @@ LIST_NODES = (
     "ORDER BY id LIMIT $max_count"
 )
 
+# Stored nodes among a transaction's node ids (replays), of any of its owners: one query for
+# every owner's batch; the caller keeps the (owner, id) pairs it asked for.
 GET_NODES = (
     f"SELECT {_NODE_COLUMNS} FROM prme.nodes "
-    "WHERE user_id = $user_id AND id IN (SELECT unnest(CAST($node_ids AS UUID [])))"
+    "WHERE user_id IN (SELECT unnest(CAST($user_ids AS VARCHAR []))) "
+    "AND id IN (SELECT unnest(CAST($node_ids AS UUID [])))"
 )
 
 # New nodes, their words, create records and vectors: one statement per table for any
@@ -101,10 +105,12 @@ INSERT_JOURNAL_CREATES = (
     "unnest(CAST(? AS UUID [])), NULL, NULL, unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS VARCHAR [])), NULL, "
     "CAST(? AS TIMESTAMPTZ), NULL"
 )
+# The vectors come from a registered array (embeddings.vector_rows), the rest as lists.
 INSERT_EMBEDDINGS_BATCH = (
     "INSERT INTO prme.node_embeddings (user_id, node_id, model_id, embedding, error, embedded_at) "
-    "SELECT unnest(CAST(? AS VARCHAR [])), unnest(CAST(? AS UUID [])), unnest(CAST(? AS VARCHAR [])), "
-    "unnest(CAST(? AS FLOAT [] [])), NULL, CAST(? AS TIMESTAMPTZ)"
+    "SELECT k.user_ids[v.i + 1], k.node_ids[v.i + 1], k.model_id, v.embedding, NULL, k.now "
+    "FROM (SELECT CAST(? AS VARCHAR []) AS user_ids, CAST(? AS UUID []) AS node_ids, CAST(? AS VARCHAR) AS model_id, "
+    "CAST(? AS TIMESTAMPTZ) AS now) AS k, ({vectors}) AS v ORDER BY v.i"
 )
 _SCALE = Decimal("0.0001")
 _ZERO = Decimal("0.0000")
@@ -138,27 +144,11 @@ def _valid_item_embedding(
 CONFIRM_NODE = f"SELECT {_NODE_COLUMNS}, last_checksum FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
 
 
-ARCHIVE_READ = """
-SELECT q.*, sha256(q.record) AS checksum
-FROM (
-    SELECT r.*, prme.journal_record_v2(
-        'archive', NULL, CAST($operation_id AS UUID), NULL, r.node.user_id, r.node.id, NULL,
-        prme.node_state_unfixed(r.node), prme.node_state_unfixed(r.after), r.node.last_checksum,
-        CAST($now AS TIMESTAMPTZ)
-    ) AS record
-    FROM (
-        SELECT n AS node, prme.archived(n, CAST($now AS TIMESTAMPTZ)) AS after
-        FROM prme.nodes AS n
-        WHERE n.user_id = $user_id AND n.id = $node_id
-    ) AS r
-) AS q
-"""
-
-
+# A plain INSERT: a taken id is its ConstraintException (INSERT OR IGNORE ... RETURNING, the
+# former statement, cost about twice as much to plan and run).
 INSERT_EVENT = (
-    "INSERT OR IGNORE INTO prme.events VALUES ($id, $user_id, $namespace, $scope, $kind, $content, "
-    "CAST($payload AS JSON), $occurred_at, $created_at) "
-    "RETURNING id, user_id, namespace, scope, kind, content, payload, occurred_at, created_at"
+    "INSERT INTO prme.events VALUES ($id, $user_id, $namespace, $scope, $kind, $content, "
+    "CAST($payload AS JSON), $occurred_at, $created_at)"
 )
 
 
@@ -190,26 +180,41 @@ def _node_params(request: AddNode | NodeItem, user_id: str) -> dict[str, Any]:
     return params
 
 
+# An item of a batch after add_node's checks: its parameters, node_id, created_at, the item.
+_CheckedItem = tuple[dict[str, Any], UUID | None, datetime | None, NodeItem]
+
+
+def _checked_batch(request: AddNodes) -> tuple[str, list[_CheckedItem]]:
+    """add_nodes' checks of every item, before any I/O: the owner and the checked items."""
+    user_id = valid_user_id(request.user_id)
+    if len(request.items) > MAX_BATCH_ITEMS:
+        raise InvalidInput(f"items must hold at most {MAX_BATCH_ITEMS} memories")
+    checked: list[_CheckedItem] = []
+    seen: dict[UUID, int] = {}
+    for index, item in enumerate(request.items):
+        try:
+            params = _node_params(item, user_id)
+            created_at = valid_timestamp("created_at", item.created_at)
+            if item.node_id is not None and seen.setdefault(item.node_id, index) != index:
+                raise InvalidInput("node_id repeats another item's")
+        except InvalidInput as exc:
+            raise InvalidInput(f"items[{index}]: {exc}") from None
+        checked.append((params, item.node_id, created_at, item))
+    return user_id, checked
+
+
 class NodeOperations(PackConnection):
     def _new_state(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        params: dict[str, Any],
-        node_id: UUID | None,
-        now: Any,
-        created_at: Any,
-        cadences: dict[str, timedelta],
+        self, params: dict[str, Any], node_id: UUID | None, now: Any, created_at: Any, cadence: timedelta | None
     ) -> dict[str, Any]:
         """The new node's row, as add_node makes it, and its create record's operation_id;
-        ``cadences`` caches the owner's review cadence per stability for one transaction."""
+        ``cadence`` is the owner's review cadence for its stability (None: not on one)."""
         operation_id = self._new_id()  # before the node's id, as add_node always drew them
         review = params["next_review_at"]
         if params["by_cadence"]:
             # On a review schedule from the start: one cadence of its stability ahead.
-            stability = params["stability"]
-            if stability not in cadences:
-                cadences[stability] = _setting(con, str(params["user_id"]), stability)[0]
-            review = now + cadences[stability]
+            assert cadence is not None
+            review = now + cadence
         return {
             "operation_id": operation_id,
             "id": node_id or self._new_id(),
@@ -265,19 +270,16 @@ class NodeOperations(PackConnection):
                 now,
             ],
         )
-        embedded = [(state, model, vector) for state, (model, vector) in zip(states, vectors, strict=True)]
-        embedded = [(state, model, vector) for state, model, vector in embedded if vector is not None]
-        if embedded:
-            con.execute(
-                INSERT_EMBEDDINGS_BATCH,
-                [
-                    [state["user_id"] for state, _, _ in embedded],
-                    [state["id"] for state, _, _ in embedded],
-                    [model for _, model, _ in embedded],
-                    [vector.tolist() for _, _, vector in embedded if vector is not None],
-                    now,
-                ],
-            )
+        models: dict[str, list[tuple[dict[str, Any], Vector]]] = {}
+        for state, (model, vector) in zip(states, vectors, strict=True):
+            if model is not None and vector is not None:
+                models.setdefault(model, []).append((state, vector))
+        for model, rows in models.items():
+            with vector_rows(con, np.stack([vector for _, vector in rows])) as query:
+                con.execute(
+                    INSERT_EMBEDDINGS_BATCH.format(vectors=query),
+                    [[state["user_id"] for state, _ in rows], [state["id"] for state, _ in rows], model, now],
+                )
 
     def add_node(self, request: AddNode) -> Node:
         params = _node_params(request, valid_user_id(request.user_id))
@@ -286,7 +288,8 @@ class NodeOperations(PackConnection):
             now = self._clock()
             register_first_vector(con, request.embedding_model, request.embedding, now)
             vector = valid_embedding(con, request.embedding_model, request.embedding)
-            state = self._new_state(con, params, request.node_id, now, now, {})
+            cadence = _setting(con, params["user_id"], params["stability"])[0] if params["by_cadence"] else None
+            state = self._new_state(params, request.node_id, now, now, cadence)
             self._write_new(con, [state], [(request.embedding_model, vector)], now)
             return _node(state)
 
@@ -296,37 +299,56 @@ class NodeOperations(PackConnection):
         """prme.add_nodes (sql/postgres/085_add_nodes.sql): every item checked first, then one
         transaction of one statement per table for the whole batch; an item whose node_id is
         stored with the same content, scope, namespace and kind is a replay."""
-        user_id = valid_user_id(request.user_id)
-        if len(request.items) > MAX_BATCH_ITEMS:
-            raise InvalidInput(f"items must hold at most {MAX_BATCH_ITEMS} memories")
-        checked = []
-        seen: dict[UUID, int] = {}
-        for index, item in enumerate(request.items):
-            try:
-                params = _node_params(item, user_id)
-                created_at = valid_timestamp("created_at", item.created_at)
-                if item.node_id is not None and seen.setdefault(item.node_id, index) != index:
-                    raise InvalidInput("node_id repeats another item's")
-            except InvalidInput as exc:
-                raise InvalidInput(f"items[{index}]: {exc}") from None
-            checked.append((params, item.node_id, created_at, item))
-        wanted = [node_id for _, node_id, _, _ in checked if node_id is not None]
+        batch = _checked_batch(request)
+        return self.run(lambda con: self._write_batches(con, [batch])[0])
 
-        def work(con: duckdb.DuckDBPyConnection) -> list[Node]:
-            now = self._clock()
-            stored = {}
-            if wanted:
-                rows = _fetch_dicts(con.execute(GET_NODES, {"user_id": user_id, "node_ids": wanted}))
-                stored = {row["id"]: row for row in rows}
-            dimensions: dict[str, int] = {}
-            cadences: dict[str, timedelta] = {}
+    def add_nodes_together(self, requests: Sequence[AddNodes]) -> list[list[Node]]:
+        """Several owners' :meth:`add_nodes` batches in ONE transaction (a bulk import's): each
+        batch exactly what add_nodes makes of it, all of them or nothing. A pack's commit and
+        its statements cost the same for one owner's memories as for many (one DuckDB file),
+        so an import of many owners' memories writes them in shared transactions
+        (docs/PERFORMANCE.md). A refusal is add_nodes' own error for the batch it is about,
+        naming the item (``items[N]``), not the batch: a caller that needs to know which
+        batch writes them one by one (prme_pg.bulk does, after a refusal)."""
+        batches = [_checked_batch(request) for request in requests]
+        owners = [user_id for user_id, _ in batches]
+        if len(set(owners)) != len(owners):
+            raise InvalidInput("each batch of add_nodes_together must be of another owner")
+        if sum(len(items) for _, items in batches) > MAX_BATCH_ITEMS:
+            raise InvalidInput(f"batches must hold at most {MAX_BATCH_ITEMS} memories together")
+        try:
+            return self.run(lambda con: self._write_batches(con, batches))
+        except UnicodeEncodeError as exc:  # as DuckDBBackend.execute answers it for add_nodes
+            raise InvalidInput(f"text is not valid Unicode: {exc.reason}") from exc
+
+    def _write_batches(
+        self, con: duckdb.DuckDBPyConnection, batches: list[tuple[str, list[_CheckedItem]]]
+    ) -> list[list[Node]]:
+        """Checked batches of distinct owners in the transaction: each one's nodes (replays
+        answered from the stored rows), the new ones written with one statement per table.
+        The stored nodes and the owners' review cadences are read with one query each."""
+        now = self._clock()
+        owners = [user_id for user_id, _ in batches]
+        wanted = [(user_id, item[1]) for user_id, checked in batches for item in checked if item[1] is not None]
+        stored: dict[tuple[str, UUID], dict[str, Any]] = {}
+        if wanted:
+            rows = _fetch_dicts(
+                con.execute(GET_NODES, {"user_ids": owners, "node_ids": [node_id for _, node_id in wanted]})
+            )
+            stored = {(row["user_id"], row["id"]): row for row in rows}
+        cadences = {}
+        if any(item[0]["by_cadence"] for _, checked in batches for item in checked):
+            cadences = _review_cadences(con, owners)
+        dimensions: dict[str, int] = {}
+        results: list[list[Node]] = []
+        states: list[dict[str, Any]] = []
+        vectors: list[tuple[str | None, Vector | None]] = []
+        for user_id, checked in batches:
             nodes: list[Node] = []
-            states: list[dict[str, Any]] = []
-            vectors: list[tuple[str | None, Vector | None]] = []
             for index, (params, node_id, created_at, item) in enumerate(checked):
                 if created_at is not None and created_at > now:
                     raise InvalidInput(f"items[{index}]: created_at must not be in the future (got {created_at})")
-                row = stored.get(node_id) if node_id is not None else None
+                row = stored.get((user_id, node_id)) if node_id is not None else None
                 if row is not None:
                     same = (row["content"], row["scope"], row["namespace"], row["kind"]) == (
                         params["content"],
@@ -345,15 +367,15 @@ class NodeOperations(PackConnection):
                     vector = _valid_item_embedding(con, dimensions, item.embedding_model, item.embedding, now)
                 except InvalidInput as exc:
                     raise InvalidInput(f"items[{index}]: {exc}") from None
-                state = self._new_state(con, params, node_id, now, created_at or now, cadences)
+                cadence = cadences[user_id, params["stability"]] if params["by_cadence"] else None
+                state = self._new_state(params, node_id, now, created_at or now, cadence)
                 states.append(state)
                 vectors.append((item.embedding_model, vector))
                 nodes.append(_node(state))
-            if states:
-                self._write_new(con, states, vectors, now)
-            return nodes
-
-        return self.run(work)
+            results.append(nodes)
+        if states:
+            self._write_new(con, states, vectors, now)
+        return results
 
     def add_event(self, request: AddEvent) -> Event:
         params = {
@@ -368,20 +390,19 @@ class NodeOperations(PackConnection):
 
         def work(con: duckdb.DuckDBPyConnection) -> Event:
             now = self._clock()
-            rows = _fetch_dicts(
-                con.execute(
-                    INSERT_EVENT,
-                    {
-                        **params,
-                        "id": request.event_id or self._new_id(),
-                        "occurred_at": occurred_at or now,
-                        "created_at": now,
-                    },
-                )
-            )
-            if not rows:
-                raise IdempotencyConflict("an event with this event_id already exists")
-            return _event(rows[0])
+            row = {
+                **params,
+                "id": request.event_id or self._new_id(),
+                "occurred_at": occurred_at or now,
+                "created_at": now,
+            }
+            try:
+                con.execute(INSERT_EVENT, row)
+            except duckdb.ConstraintException as exc:
+                if "duplicate key" not in str(exc).lower():
+                    raise
+                raise IdempotencyConflict("an event with this event_id already exists") from None
+            return _event(row)
 
         return self.run(work)
 
@@ -463,21 +484,16 @@ class NodeOperations(PackConnection):
 
         def work(con: duckdb.DuckDBPyConnection) -> Node:
             operation_id = self._new_id()
-            rows = _fetch_dicts(
-                con.execute(
-                    ARCHIVE_READ,
-                    {
-                        "user_id": user_id,
-                        "node_id": request.node_id,
-                        "operation_id": operation_id,
-                        "now": self._clock(),
-                    },
-                )
-            )
-            if not rows or rows[0]["node"]["lifecycle_state"] == "archived":
+            now = self._clock()
+            found = con.execute(CONFIRM_NODE, {"user_id": user_id, "node_id": request.node_id}).fetchone()
+            if found is None or found[_CONFIRM_NAMES.index("lifecycle_state")] == "archived":
                 raise NotFoundError("node not found")
-            row = rows[0]
-            _write_node(con, row["node"], row["after"], "archive", operation_id, row["record"], row["checksum"])
-            return _node(row["after"])
+            node = dict(zip(_CONFIRM_NAMES, found, strict=True))
+            # prme.archive_node's change (sql/postgres/120), its record built here as a
+            # confirmation's is: the rules' SQL macros cost about half of the call to plan.
+            after = {**node, "lifecycle_state": "archived", "updated_at": now, "version": node["version"] + 1}
+            record, checksum = journal_entry("archive", None, node, after, operation_id, now)
+            _write_node(con, node, after, "archive", operation_id, record, checksum)
+            return _node(after)
 
         return self.run(work)

@@ -26,7 +26,7 @@ from .. import (
 from .connection import PackConnection
 from .rows import NODE_EXISTS, _fetch_dicts, _utc
 from .validation import _MAX_TEXT_BYTES, _no_nul, _quote_literal, _valid_max_count
-from .writes import REINFORCE_KEY, _node_row, _require_live_node_and_evidence
+from .writes import REINFORCE_KEY, TOUCH_EVIDENCE, _require_live_node_and_evidence
 
 _OUTCOME_WEIGHTS = {
     "explicit_reinforcement": Decimal("1.00"),
@@ -47,6 +47,11 @@ INSERT_REQUEST_KEY = (
     "INSERT INTO prme.request_keys VALUES ($user_id, $namespace, $request_id, $operation, $node_id, "
     "$evidence_id, $node_version, $created_at)"
 )
+# What record_outcome reads of the memory: its key's namespace, the evidence's scope, whether it
+# is archived, the version the outcome is of (every column, bookkeeping too, costs more).
+OUTCOME_NODE = (
+    "SELECT namespace, scope, lifecycle_state, version FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
+)
 OUTCOME_BY_KEY = (
     f"SELECT {_OUTCOME_COLUMNS} FROM prme.outcomes "
     "WHERE user_id = $user_id AND node_id = $node_id AND request_id = $request_id"
@@ -57,17 +62,20 @@ OUTCOME_TOTALS = (
     "SELECT recorded_reinforcements, implicit_successes, neutral_exposures, explicit_corrections, "
     "last_outcome_at, reinforcements, last_reinforced_at FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
 )
-# prme._add_outcome's running totals: one outcome row more of its kind.
-ADD_TO_TOTALS = """
-UPDATE prme.nodes SET
-    recorded_reinforcements = recorded_reinforcements + CAST($outcome = 'explicit_reinforcement' AS INTEGER),
-    implicit_successes = implicit_successes + CAST($outcome = 'implicit_success' AS INTEGER),
-    neutral_exposures = neutral_exposures + CAST($outcome = 'neutral_exposure' AS INTEGER),
-    explicit_corrections = explicit_corrections + CAST($outcome = 'explicit_correction' AS INTEGER),
-    last_outcome_at = greatest(coalesce(last_outcome_at, $created_at), $created_at)
-WHERE user_id = $user_id AND id = $id
-"""
-TOUCH_EVIDENCE = "UPDATE prme.nodes SET evidence_refs = evidence_refs WHERE user_id = $user_id AND id = $id"
+# prme._add_outcome's running totals: one outcome row more of its kind, a statement per kind
+# (the column it counts in is fixed; one statement choosing it by CASTs cost more to plan).
+_TOTAL_COLUMNS = {
+    "explicit_reinforcement": "recorded_reinforcements",
+    "implicit_success": "implicit_successes",
+    "neutral_exposure": "neutral_exposures",
+    "explicit_correction": "explicit_corrections",
+}
+ADD_TO_TOTALS = {
+    outcome: f"UPDATE prme.nodes SET {column} = {column} + 1, "
+    "last_outcome_at = greatest(coalesce(last_outcome_at, $created_at), $created_at) "
+    "WHERE user_id = $user_id AND id = $id"
+    for outcome, column in _TOTAL_COLUMNS.items()
+}
 # The totals on every memory's row recomputed from its outcome rows and its confirmations'
 # journal records (prme._rebuild_outcome_totals): what an upgraded pack starts from.
 REBUILD_OUTCOME_TOTALS = """
@@ -184,7 +192,7 @@ def _add_outcome(con: duckdb.DuckDBPyConnection, new_id: Callable[[], uuid.UUID]
     # The running totals on the memory's row; evidence_refs written too, as _write_node does,
     # so that DuckDB detects a concurrent write of the row of either kind.
     key = {"user_id": row["user_id"], "id": row["node_id"]}
-    con.execute(ADD_TO_TOTALS, {**key, "outcome": row["outcome"], "created_at": row["created_at"]})
+    con.execute(ADD_TO_TOTALS[row["outcome"]], {**key, "created_at": row["created_at"]})
     con.execute(TOUCH_EVIDENCE, key)
     return row
 
@@ -200,9 +208,10 @@ class OutcomeOperations(PackConnection):
             raise InvalidInput("node_id must not be null")
 
         def work(con: duckdb.DuckDBPyConnection) -> Outcome:
-            node = _node_row(con, user_id, request.node_id)
-            if node is None:
+            found = con.execute(OUTCOME_NODE, {"user_id": user_id, "node_id": request.node_id}).fetchone()
+            if found is None:
                 raise NotFoundError("node not found")
+            node = dict(zip(("namespace", "scope", "lifecycle_state", "version"), found, strict=True))
             # A key bound to this same call is a replay, even of an archived node.
             if request.request_id is not None:
                 key = con.execute(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import duckdb
 
@@ -17,7 +17,8 @@ from .connection import _Retry
 # each a point lookup on a primary key or the journal's key index. A replay, a
 # conflict or "not found" is answered from these alone. A confirmation's key is its
 # journal record (journal_request_key); any other call's key is a request_keys row.
-REINFORCE_NODE = "SELECT n AS node FROM prme.nodes AS n WHERE n.user_id = $user_id AND n.id = $node_id"
+# Every column, as plain columns: the row as one STRUCT (SELECT n) costs more to bind and return.
+REINFORCE_NODE = "SELECT * FROM prme.nodes WHERE user_id = $user_id AND id = $node_id"
 REINFORCE_KEY = (
     "SELECT op, node_id, evidence_id FROM prme.journal "
     "WHERE user_id = $user_id AND key_namespace = $namespace AND request_id = $request_id "
@@ -47,7 +48,19 @@ UPDATE_NODE = (
     "WHERE user_id = $user_id AND id = $id AND version = $version - 1"
 )
 
+# A review's write (mark_reviewed): the same statement, which also settles on the row the
+# outcome totals the review saw (counts only grow, so greatest() makes settling idempotent):
+# one statement fewer than settling apart, the same rows.
+UPDATE_NODE_REVIEWED = UPDATE_NODE.replace(
+    " WHERE ",
+    ", reviewed_explicit_reinforcements = greatest(reviewed_explicit_reinforcements, $er), "
+    "reviewed_implicit_successes = greatest(reviewed_implicit_successes, $isx), "
+    "reviewed_neutral_exposures = greatest(reviewed_neutral_exposures, $ne), "
+    "reviewed_explicit_corrections = greatest(reviewed_explicit_corrections, $ec), reviewed_at = $updated_at WHERE ",
+)
+
 UPDATE_EVIDENCE = "UPDATE prme.nodes SET evidence_refs = $evidence_refs WHERE user_id = $user_id AND id = $id"
+TOUCH_EVIDENCE = "UPDATE prme.nodes SET evidence_refs = evidence_refs WHERE user_id = $user_id AND id = $id"
 
 INSERT_JOURNAL = (
     "INSERT INTO prme.journal VALUES ($user_id, $node_id, $node_version, 2, $op, $operation_id, "
@@ -56,8 +69,12 @@ INSERT_JOURNAL = (
 
 
 def _node_row(con: duckdb.DuckDBPyConnection, user_id: str, node_id: uuid.UUID) -> dict[str, Any] | None:
-    found = con.execute(REINFORCE_NODE, {"user_id": user_id, "node_id": node_id}).fetchone()
-    return None if found is None else cast(dict[str, Any], found[0])
+    """The node's row, every column (bookkeeping too), or None."""
+    cursor = con.execute(REINFORCE_NODE, {"user_id": user_id, "node_id": node_id})
+    found = cursor.fetchone()
+    if found is None:
+        return None
+    return dict(zip([column[0] for column in cursor.description or ()], found, strict=True))
 
 
 def _require_live_node_and_evidence(
@@ -87,10 +104,14 @@ def _write_node(
     *,
     request_id: uuid.UUID | None = None,
     evidence_id: uuid.UUID | None = None,
+    reviewed: Mapping[str, int] | None = None,
 ) -> None:
+    """Write the node's new state (two statements, above) and append its record. ``reviewed``:
+    the outcome totals a review settles (er, isx, ne, ec), written by the same statement."""
     updated = con.execute(
-        UPDATE_NODE,
+        UPDATE_NODE if reviewed is None else UPDATE_NODE_REVIEWED,
         {
+            **(reviewed or {}),
             "user_id": after["user_id"],
             "id": after["id"],
             "confidence_base": after["confidence_base"],
@@ -108,14 +129,11 @@ def _write_node(
     ).fetchone()
     if updated is None or updated[0] != 1:
         raise _Retry  # the node moved on since it was read
-    con.execute(
-        UPDATE_EVIDENCE,
-        {
-            "user_id": after["user_id"],
-            "id": after["id"],
-            "evidence_refs": after["evidence_refs"],
-        },
-    )
+    key = {"user_id": after["user_id"], "id": after["id"]}
+    if list(after["evidence_refs"]) == list(node["evidence_refs"]):
+        con.execute(TOUCH_EVIDENCE, key)  # the list to itself: no list to bind
+    else:
+        con.execute(UPDATE_EVIDENCE, {**key, "evidence_refs": after["evidence_refs"]})
     _append_record(
         con,
         after,
