@@ -225,7 +225,7 @@ BEGIN
                 coalesce(current_setting('hnsw.ef_search', TRUE), '40'),
                 coalesce(current_setting('hnsw.iterative_scan', TRUE), 'off')
             ];
-            PERFORM set_config('hnsw.ef_search', greatest(200, least(1000, 2 * v_wanted))::text, TRUE),
+            PERFORM set_config('hnsw.ef_search', greatest(400, least(1000, 4 * v_wanted))::text, TRUE),
                 set_config('hnsw.iterative_scan', 'strict_order', TRUE);
         ELSE
             v_closest := format(
