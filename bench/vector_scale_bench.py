@@ -16,7 +16,9 @@ vectors by the default model. Then, for ``--questions`` questions:
 2. ``prme.index_embeddings`` moves the owner's vectors into the HNSW index (its build time);
 3. recall through the index: p50 / p95 of the client's call (the question embedded
    included), the server's CPU per call (from /proc), and how many of the exact top 10 it
-   returns (recall@10 against exact search). Targets: p50 <= 50 ms, recall@10 >= 0.95.
+   returns (recall@10 against exact search; also counting a hit that scores at least the
+   exact 10th as good, since the corpus repeats sentences and equal scores tie by id).
+   Targets: p50 <= 50 ms, recall@10 >= 0.95.
 
 Also the words-only call (``embedder=False``), which the index does not serve: its cost
 follows how many memories share a word with the question.
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             embedder = memory.embedder
             assert embedder is not None
             vectors = {q: embedder.embed([q])[0] for q in questions}
-            exact = {q: [h.id for h in memory.recall(q, user_id=USER, query_embedding=vectors[q])] for q in questions}
+            exact = {q: memory.recall(q, user_id=USER, query_embedding=vectors[q]) for q in questions}
 
             started = time.perf_counter()
             indexed = 0
@@ -101,12 +103,16 @@ def main(argv: list[str] | None = None) -> int:
                     memory.recall(q, user_id=USER)
                     words.recall(q, user_id=USER)
                 timings: dict[str, list[float]] = {"hybrid": [], "words only": []}
-                shared: list[float] = []
+                shared: list[float] = []  # of the exact top 10's ids
+                as_good: list[float] = []  # scoring at least the exact 10th: a tie may stand in for it
                 for q in questions:
                     t = time.perf_counter()
                     hits = memory.recall(q, user_id=USER)
                     timings["hybrid"].append((time.perf_counter() - t) * 1000)
-                    shared.append(len(set(exact[q]) & {h.id for h in hits}) / max(1, len(exact[q])))
+                    best = exact[q]
+                    shared.append(len({h.id for h in best} & {h.id for h in hits}) / max(1, len(best)))
+                    floor = best[-1].score - 1e-9 if best else 0.0
+                    as_good.append(min(len(best), sum(h.score >= floor for h in hits)) / max(1, len(best)))
                     t = time.perf_counter()
                     words.recall(q, user_id=USER)
                     timings["words only"].append((time.perf_counter() - t) * 1000)
@@ -125,11 +131,15 @@ def main(argv: list[str] | None = None) -> int:
             }
             result["server_cpu_ms_per_hybrid_recall"] = round(server_cpu, 2)
             result["recall_at_10_vs_exact"] = round(statistics.mean(shared), 3)
+            result["recall_at_10_vs_exact_ties_allowed"] = round(statistics.mean(as_good), 3)
             result["load_average"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     finally:
         cluster.destroy()
     hybrid = result["recall_ms"]["hybrid"]["p50"]
-    result["met"] = {"p50": hybrid <= P50_TARGET_MS, "recall_at_10": result["recall_at_10_vs_exact"] >= RECALL_TARGET}
+    result["met"] = {
+        "p50": hybrid <= P50_TARGET_MS,
+        "recall_at_10": result["recall_at_10_vs_exact_ties_allowed"] >= RECALL_TARGET,
+    }
     if args.json:
         print(json.dumps(result, indent=2))
     else:

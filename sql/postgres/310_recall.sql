@@ -123,8 +123,8 @@ DECLARE
     v_wanted integer := greatest(100, recall.max_count);
     v_fetch integer;
     v_scanned integer;
-    v_nearest_ids uuid[] := '{}';
-    v_nearest_cosines double precision[] := '{}';
+    v_nearest_ids uuid[] := '{}'::uuid[];
+    v_nearest_cosines double precision[] := '{}'::double precision[];
     v_cosine_ceiling double precision := 0;
     v_closest text;
     v_hnsw text[];
