@@ -32,7 +32,7 @@ from .. import (
     Reinforce,
 )
 from .connection import PackConnection, _Retry
-from .embeddings import _model_dimensions, register_first_vector, valid_embedding, vector_rows
+from .embeddings import INSERT_EMBEDDING, _model_dimensions, register_first_vector, valid_embedding, vector_rows
 from .maintenance import _review_cadences, _setting
 from .records import create_entry, journal_entry, reinforce_entry
 from .rows import _CONFIRM_NAMES, _NODE_COLUMNS, _event, _fetch_dicts, _node, _node_from_values
@@ -275,6 +275,14 @@ class NodeOperations(PackConnection):
             if model is not None and vector is not None:
                 models.setdefault(model, []).append((state, vector))
         for model, rows in models.items():
+            if len(rows) == 1:  # one vector (add_node): bound as it is, no array to register
+                state, vector = rows[0]
+                con.execute(
+                    INSERT_EMBEDDING,
+                    {"user_id": state["user_id"], "node_id": state["id"], "model_id": model, "embedding": vector,
+                     "now": now},
+                )  # fmt: skip
+                continue
             with vector_rows(con, np.stack([vector for _, vector in rows])) as query:
                 con.execute(
                     INSERT_EMBEDDINGS_BATCH.format(vectors=query),
