@@ -113,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             # The owner's vectors into the HNSW index, as the prme-vector-index job (or prme-pg
             # embed, or the worker) does within minutes of a load; then its statistics.
             with psycopg.connect(server.dsn_for(prme_db), autocommit=True) as conn_prme:
-                indexed = conn_prme.execute("SELECT indexed FROM prme.index_embeddings()").fetchone()
-                assert indexed is not None and indexed[0] >= args.items, indexed
+                indexed = 0
+                while moved := conn_prme.execute("SELECT indexed FROM prme.index_embeddings()").fetchone()[0]:  # type: ignore[index]
+                    indexed += moved
+                assert indexed >= args.items, indexed
                 conn_prme.execute("VACUUM ANALYZE prme.node_embeddings")
             kinds: dict[str, dict[str, list[float]]] = {k: {name: [] for name in stores} for k in TARGETS}
             for round_no in range(args.rounds):
