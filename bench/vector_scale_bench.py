@@ -43,18 +43,13 @@ from prme_pg import MemoryClient, testing
 from prme_pg.backends import IndexEmbeddings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from semantic_bench import memory_texts, question_texts
+from semantic_bench import memory_texts, question_texts, server_cpu_ms
 
 USER = "bench"
 SETTINGS = {"shared_buffers": "2GB", "maintenance_work_mem": "2GB", "max_parallel_maintenance_workers": "1"}
 P50_TARGET_MS, RECALL_TARGET = 50.0, 0.95
 
 console = Console()
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
                     timings["words only"].append((time.perf_counter() - t) * 1000)
                 # The server's CPU per hybrid call, on one connection whose backend we can see.
                 pid = probe.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-                before = cpu_seconds(pid)
-                for q in questions:
-                    probe.execute(
+                server_cpu = server_cpu_ms(
+                    pid,
+                    lambda q: probe.execute(
                         "SELECT * FROM prme.recall(%s, %s, query_embedding => %s::real[], embedding_model => %s)",
                         [USER, q, vectors[q].tolist(), embedder.model_id],
-                    ).fetchall()
-                server_cpu = (cpu_seconds(pid) - before) * 1000 / len(questions)
+                    ).fetchall(),
+                    questions,
+                    len(questions),
+                )
             result["recall_ms"] = {
                 name: {"p50": round(statistics.median(s), 2), "p95": round(sorted(s)[int(0.95 * len(s)) - 1], 2)}
                 for name, s in timings.items()
