@@ -62,13 +62,13 @@ from rich.console import Console
 from rich.table import Table
 
 from prme_pg import MemoryClient, testing
-from prme_pg.backends import IndexEmbeddings, RegisterEmbeddingModel
+from prme_pg.backends import RegisterEmbeddingModel
 from prme_pg.backends import duckdb as pack_sql
 from prme_pg.backends.duckdb import PACK_FILE
 from prme_pg.backends.duckdb.connection import PackConnection
 from prme_pg.backends.postgres import Float4Array
 from prme_pg.client import recall_request
-from prme_pg.embedding_worker import embed_pending
+from prme_pg.embedding_worker import embed_pending, index_vectors
 from prme_pg.embeddings import Embedder, Vector, load_embedder
 
 USER = "bench"
@@ -290,9 +290,7 @@ def postgres(texts: list[str], questions: list[str], calls: int, adds: int) -> d
             # its pass): its build time, and how many of the exact top 10 the index path keeps.
             exact = {q: [h.id for h in hybrid.recall(q, user_id=USER, query_embedding=vectors[q])] for q in vectors}
             started = time.perf_counter()
-            indexed = 0
-            while moved := hybrid.backend.execute(IndexEmbeddings(model_id=model)):
-                indexed += moved
+            indexed = index_vectors(hybrid)
             index_seconds = time.perf_counter() - started
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("VACUUM ANALYZE prme.node_embeddings")

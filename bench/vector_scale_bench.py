@@ -40,7 +40,7 @@ import psycopg
 from rich.console import Console
 
 from prme_pg import MemoryClient, testing
-from prme_pg.backends import IndexEmbeddings
+from prme_pg.embedding_worker import index_vectors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from semantic_bench import memory_texts, question_texts, server_cpu_ms
@@ -83,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             exact = {q: memory.recall(q, user_id=USER, query_embedding=vectors[q]) for q in questions}
 
             started = time.perf_counter()
-            indexed = 0
-            while moved := memory.backend.execute(IndexEmbeddings(model_id=embedder.model_id)):
-                indexed += moved
+            indexed = index_vectors(memory)
             result["index"] = {"vectors": indexed, "seconds": round(time.perf_counter() - started, 1)}
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("VACUUM ANALYZE prme.node_embeddings")

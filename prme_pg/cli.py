@@ -32,6 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import migrations
+from .embeddings import INDEX_MIN_VECTORS
 from .errors import InvalidInput, MigrationError, PrmeError
 from .learning import LearningQueue, LearningSync, queue_status, read_hook_document, rejected_records
 from .models import AppliedOp, MaintenancePatch
@@ -778,14 +779,15 @@ def _worker_embedding(
     if memory.embedder is None:
         return None
 
-    indexed_at = [-INDEX_INTERVAL]
+    indexed_at = -INDEX_INTERVAL
 
     def embed() -> None:
+        nonlocal indexed_at
         # Moving vectors into the index reads every owner's unindexed ones: once a minute.
-        index = time.monotonic() - indexed_at[0] >= INDEX_INTERVAL
+        index = time.monotonic() - indexed_at >= INDEX_INTERVAL
         summary = embed_pending(memory, count=False, index=index)
         if index:
-            indexed_at[0] = time.monotonic()
+            indexed_at = time.monotonic()
         if summary.embedded or summary.failed or summary.indexed:
             log_line = f"embedded {summary.embedded} memories ({summary.failed} failed) with {summary.model_id}" + (
                 f", {summary.indexed} vectors moved into the index" if summary.indexed else ""
@@ -1866,8 +1868,8 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument(
         "--index-min-vectors",
         type=_between(1, 1_000_000_000),
-        default=5000,
-        help="move an owner's vectors into the HNSW index from this many on (PostgreSQL; default 5000)",
+        default=INDEX_MIN_VECTORS,
+        help=f"move an owner's vectors into the HNSW index from this many on (PostgreSQL; default {INDEX_MIN_VECTORS})",
     )
 
     snapshot = add("snapshot", "Publish or show a scope's snapshot generation.", lambda a, c: _usage(snapshot))
@@ -2029,8 +2031,8 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.add_argument(
         "--index-min-vectors",
         type=int,
-        default=5000,
-        help="move an owner's vectors into the HNSW index from this many on (default 5000)",
+        default=INDEX_MIN_VECTORS,
+        help=f"move an owner's vectors into the HNSW index from this many on (default {INDEX_MIN_VECTORS})",
     )
     schedule.add_argument(
         "--maintenance-schedule", default="17 3 * * *", help="cron expression (default 03:17 UTC daily)"

@@ -23,16 +23,13 @@ import numpy as np
 
 from .backends import IndexEmbeddings, ListPendingEmbeddings, RegisterEmbeddingModel, StoreEmbeddings
 from .client import MemoryClient
-from .embeddings import Embedder, EmbeddingError, Vectors, embed_texts
+from .embeddings import INDEX_MIN_VECTORS, Embedder, EmbeddingError, Vectors, embed_texts
 from .errors import InvalidInput
 from .models import EmbeddingStatus, PendingEmbedding
 
-__all__ = ["DEFAULT_BATCH", "INDEX_MIN_VECTORS", "EmbedSummary", "embed_pending", "embedding_status"]
+__all__ = ["DEFAULT_BATCH", "INDEX_MIN_VECTORS", "EmbedSummary", "embed_pending", "embedding_status", "index_vectors"]
 
 DEFAULT_BATCH = 1000
-#: An owner's vectors go into the index from this many on: below it, recall's exact scan of
-#: them costs about what a search of the index does (docs/RECALL.md, "Scale").
-INDEX_MIN_VECTORS = 5000
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +77,21 @@ def _vectors(embedder: Embedder, batch: list[PendingEmbedding]) -> tuple[Vectors
         except EmbeddingError as exc:
             errors.append(str(exc))
     return vectors, errors
+
+
+def index_vectors(
+    client: MemoryClient, *, min_vectors: int = INDEX_MIN_VECTORS, stop: threading.Event | None = None
+) -> int:
+    """Move the vectors by the client's embedder of every owner with ``min_vectors`` or more into the
+    engine's vector index, call after call until none is left; how many moved (a pack: none)."""
+    model_id = _embedder(client).model_id
+    indexed = 0
+    while stop is None or not stop.is_set():
+        moved = client.backend.execute(IndexEmbeddings(model_id=model_id, min_vectors=min_vectors))
+        if not moved:
+            break
+        indexed += moved
+    return indexed
 
 
 def embed_pending(
@@ -139,12 +151,7 @@ def embed_pending(
         after = (batch[-1].user_id, batch[-1].node_id)
         if progress is not None:
             progress(embedded + failed, max(total, embedded + failed))
-    indexed = 0
-    while index and (stop is None or not stop.is_set()):
-        moved = backend.execute(IndexEmbeddings(model_id=embedder.model_id, min_vectors=index_min_vectors))
-        indexed += moved
-        if not moved:
-            break
+    indexed = index_vectors(client, min_vectors=index_min_vectors, stop=stop) if index else 0
     remaining = embedding_status(client) if count else None
     return EmbedSummary(
         model_id=embedder.model_id,

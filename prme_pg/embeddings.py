@@ -60,6 +60,9 @@ DEFAULT_EMBEDDER = "wordllama"
 #: Bounds of a stored vector and its model's name, the same in SQL (prme._valid_embedding).
 MAX_DIMENSIONS = 4096
 MAX_MODEL_ID_LENGTH = 200
+#: An owner's vectors go into the engine's vector index from this many on: below it, recall's
+#: exact scan of them costs about what a search of the index does (docs/RECALL.md, "Scale").
+INDEX_MIN_VECTORS = 5000
 
 #: A vector, and vectors one per row: float32, as every backend stores them.
 Vector = NDArray[np.float32]

@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from .embeddings import INDEX_MIN_VECTORS
 from .errors import InvalidInput, PrmeError
 from .validation import valid_user_id
 
@@ -82,7 +83,7 @@ def executor_job(*, schedule: str = "* * * * *", batch: int = 1000, worker: str 
     return CronJob(EXECUTOR_JOB, schedule, command.as_string(None))
 
 
-def index_job(*, schedule: str = "*/5 * * * *", min_vectors: int = 5000) -> CronJob:
+def index_job(*, schedule: str = "*/5 * * * *", min_vectors: int = INDEX_MIN_VECTORS) -> CronJob:
     """The vector index: every registered model's vectors of owners with ``min_vectors`` or more."""
     if not 1 <= min_vectors <= 1_000_000_000:
         raise InvalidInput("--index-min-vectors must be between 1 and 1000000000")

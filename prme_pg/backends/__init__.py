@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
-from ..embeddings import Vector, Vectors
+from ..embeddings import INDEX_MIN_VECTORS, Vector, Vectors
 from ..models import (
     AppliedOp,
     AssembledPrompt,
@@ -447,7 +447,7 @@ class IndexEmbeddings(Request[int]):
     Engines without a vector index (the pack, a server without pgvector) move none."""
 
     model_id: str
-    min_vectors: int = 5000
+    min_vectors: int = INDEX_MIN_VECTORS
     max_count: int = 2000
 
 
