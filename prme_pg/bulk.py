@@ -27,7 +27,7 @@ from typing import IO, Any, LiteralString, Protocol, TypeVar
 
 from .backends import MAX_BATCH_ITEMS, AddNodes, NodeItem, SyncBackend
 from .backends.duckdb import DuckDBBackend
-from .backends.postgres import PostgresBackend, statement, translate_errors
+from .backends.postgres import ADD_NODES, PostgresBackend, statement, translate_errors
 from .client import NODE_ITEM_FIELDS, add_nodes_request, node_item
 from .embeddings import Embedder
 from .errors import IdempotencyConflict, InvalidInput
@@ -351,8 +351,7 @@ class _Pipeline:
 #: needs no more, and 1,000 node rows made, sent and read back cost the client about a tenth
 #: of its time (docs/IMPORT.md, "Speed on PostgreSQL").
 ADD_NODES_COUNTED: LiteralString = (
-    "SELECT count(*) FILTER (WHERE NOT n.replayed), count(*) FILTER (WHERE n.replayed) "
-    "FROM prme.add_nodes(user_id => %(user_id)s, items => %(items)s, embeddings => %(embeddings)s::real[]) AS n"
+    "SELECT count(*) FILTER (WHERE NOT n.replayed), count(*) FILTER (WHERE n.replayed) FROM (" + ADD_NODES + ") AS n"
 )
 
 
