@@ -11,7 +11,9 @@ format, an external id per line), then imports it with ``prme_pg.bulk.import_lin
 ``prme-pg import`` does: read line by line, parsed and checked in Python, written in
 ``add_nodes`` batches of 1,000 (one transaction each). PostgreSQL is a throwaway cluster
 from this machine's binaries with the server defaults (every commit flushed). Reported:
-memories per second (created, end to end: file read, parse, engine), and the peak RSS
+memories per second (created, end to end: file read, parse, engine; the model loaded before,
+``warm_up_seconds`` apart, as a server loads it once when it starts), CPU µs a memory of the
+importing process and of the PostgreSQL backend (the load average beside), and the peak RSS
 growth over the import, for the file and for one five times its size, each imported by a
 process of its own (so neither inherits the other's peak) -- the import streams, so the
 second should not be larger. The same files are imported into new memory packs too. The
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -32,6 +35,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from semantic_bench import server_cpu_ms
 
 from prme_pg import MemoryClient, testing
 from prme_pg.bulk import import_lines, read_lines
@@ -51,13 +56,35 @@ def peak_rss_mb() -> float:
 
 
 def run_import(target: str | Path, path: Path, embedder: bool = True) -> dict[str, float]:
+    """Memories a second, and CPU µs a memory of this process (every thread) and, on
+    PostgreSQL, of the server backend that writes them (from /proc): what load from other
+    processes, which stretches wall time, leaves mostly alone. The model is loaded first and
+    timed apart (``warm_up_seconds``): once per process, whatever the file's size."""
     options: dict[str, object] = {} if isinstance(target, Path) else {"max_size": 1}
     options["embedder"] = None if embedder else False
     with MemoryClient(target, **options) as memory, path.open("rb") as stream:  # type: ignore[arg-type]
-        started = time.perf_counter()
-        summary = import_lines(memory, read_lines(stream))
-        seconds = time.perf_counter() - started
-    return {"created": summary.created, "seconds": round(seconds, 3), "per_second": round(summary.created / seconds)}
+        warm_up = time.perf_counter()
+        memory.warm_up()
+        warm_up = time.perf_counter() - warm_up
+        backend_pid = os.getpid()  # a pack: the server is this process (not reported)
+        if not isinstance(target, Path):
+            with memory.backend.pool.connection() as conn:  # type: ignore[attr-defined]
+                backend_pid = conn.info.backend_pid  # the pool's one connection
+        started, client_before = time.perf_counter(), time.process_time()
+        done = []
+        server_ms = server_cpu_ms(backend_pid, lambda _: done.append(import_lines(memory, read_lines(stream))), [""], 1)
+        summary = done[0]
+        seconds, client = time.perf_counter() - started, time.process_time() - client_before
+        server = None if isinstance(target, Path) else server_ms / 1000
+    return {
+        "created": summary.created,
+        "seconds": round(seconds, 3),
+        "per_second": round(summary.created / seconds),
+        "warm_up_seconds": round(warm_up, 3),
+        "client_cpu_us": round(client * 1e6 / summary.created),
+        **({} if server is None else {"server_cpu_us": round(server * 1e6 / summary.created)}),
+        "load": round(os.getloadavg()[0], 2),
+    }
 
 
 #: The pack's DuckDB cache limit while its memory is measured (``--pack-memory-limit``): DuckDB

@@ -89,6 +89,63 @@ def test_other_embedders_plug_in_by_name_and_have_their_own_model_id() -> None:
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
 
 
+def embed_by_reduceat(embedder: WordLlamaEmbedder, texts: list[str]) -> np.ndarray:
+    """The bundled model's vectors as its first release computed them: encode_batch, then
+    each text's token rows summed by np.add.reduceat (the reference for the faster sums)."""
+    from prme_pg.embeddings import _BATCH, MAX_TOKENS
+
+    table, tokenizer = embedder._table, embedder._tokenizer
+    out = np.zeros((len(texts), embedder.dimensions), dtype=np.float32)
+    for start in range(0, len(texts), _BATCH):
+        chunk = texts[start : start + _BATCH]
+        encodings = tokenizer.encode_batch(chunk, add_special_tokens=False)
+        lengths = np.array([min(len(e.ids), MAX_TOKENS) for e in encodings], dtype=np.int64)
+        if not lengths.any():
+            continue
+        ids = np.concatenate([np.asarray(e.ids[:MAX_TOKENS], dtype=np.int64) for e in encodings])
+        np.clip(ids, 0, table.shape[0] - 1, out=ids)
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        present = lengths > 0
+        sums = np.add.reduceat(table[ids], offsets[present], axis=0)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        out[start : start + len(chunk)][present] = sums / norms
+    return out
+
+
+def test_the_bundled_models_vectors_are_bit_for_bit_those_of_reduceat() -> None:
+    # Every length of token run numpy's pairwise sum treats differently (under 8, up to 128,
+    # halved above; past MAX_TOKENS cut), empty and blank texts, other scripts, and more
+    # texts than one chunk, in an order that mixes lengths within a chunk.
+    words = [
+        "alice",
+        "prefers",
+        "tabs",
+        "over",
+        "spaces,",
+        "Bob's",
+        "café",
+        "sells",
+        "crêpes;",
+        "東京",
+        "に",
+        "住む",
+        "😀",
+        "0123",
+        "naïve",
+    ]
+    texts = ["", " ", "\n", "tabs", *FACTS]
+    texts += [" ".join(words[i % len(words)] for i in range(count)) for count in range(1, 300, 7)]
+    texts += ["x" * 5000, "word " * 9000, "é" * 20000]
+    texts += [f"memory {i:07d} about editors, tabs and habits of an owner {'y' * (i % 40)}" for i in range(600)]
+    for name in ("wordllama", "wordllama-64"):
+        embedder = load_embedder(name)
+        assert isinstance(embedder, WordLlamaEmbedder)
+        expected = embed_by_reduceat(embedder, texts)
+        assert embedder.embed(texts).tobytes() == expected.tobytes()
+        assert embedder.embed(texts[7:8]).tobytes() == expected[7:8].tobytes()
+
+
 def test_a_failing_or_misshapen_embedder_is_an_embedding_error() -> None:
     broken = BrokenEmbedder()
     with pytest.raises(EmbeddingError, match="failed: RuntimeError: the model fell over"):
