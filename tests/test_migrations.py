@@ -7,6 +7,7 @@ import random
 import shutil
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -1052,3 +1053,69 @@ def test_upgrading_to_set_based_add_nodes_keeps_every_batch_and_replays_it(pg_se
         assert conn.execute(
             "SELECT count(*) FROM prme.node_embeddings WHERE node_id = 'cccccccc-2500-4000-8000-000000000004'"
         ).fetchone() == (1,)
+
+
+# -- 0027_recall_thresholds: the same answers with fewer candidates read -----------------------
+
+
+def test_upgrading_to_recall_thresholds_answers_every_recall_as_before(pg_server: testing.Server) -> None:
+    """0027 prunes recall's candidates harder (a strength ceiling per candidate, and a
+    threshold from a few candidates scored exactly): every recall, by words and by meaning,
+    for every max_count and scope, with archived memories and memories of varied strength,
+    answers exactly as 0026's did, for an owner whose vectors are indexed (120: few enough
+    for either ef_search to find them all) and for one whose are scanned. index_embeddings
+    now waits for 20,000 vectors by default."""
+    with filled_before(pg_server, "recall_thresholds") as (conn, every, target):
+        rng = random.Random(27)
+        conn.execute("SELECT prme.register_embedding_model('unit-8', 8)")
+        words = ["tea", "trains", "rivers", "coffee", "maps", "jazz"]
+        for owner, count in (("big", 120), ("alice", 15)):
+            for i in range(count):
+                vector = [rng.uniform(-1, 1) for _ in range(8)]
+                norm = sum(x * x for x in vector) ** 0.5
+                node = conn.execute(
+                    "SELECT id FROM prme.add_node(%s, %s, scope => %s, salience_base => %s::numeric,"
+                    " confidence_base => %s::numeric, decay_profile => %s, embedding => %s::real[],"
+                    " embedding_model => 'unit-8')",
+                    [
+                        owner,
+                        f"{owner} {' '.join(rng.sample(words, rng.randint(1, 3)))} note {i % 7}",
+                        rng.choice(["personal", "work"]),
+                        round(rng.random(), 4),
+                        round(rng.random(), 4),
+                        rng.choice(["permanent", "slow", "medium", "fast"]),
+                        [x / norm for x in vector],
+                    ],
+                ).fetchone()[0]  # type: ignore[index]
+                if i % 9 == 0:
+                    reinforce = "SELECT prme.reinforce(node_id => %s, user_id => %s, request_id => %s)"
+                    conn.execute(reinforce, [node, owner, uuid.uuid4()])
+                if i % 13 == 0:
+                    conn.execute("SELECT prme.archive_node(user_id => %s, node_id => %s)", [owner, node])
+        queries = [[rng.uniform(-1, 1) for _ in range(8)] for _ in range(3)]
+        recall = (
+            "SELECT * FROM prme.recall(%s, %s, scopes => %s, max_count => %s, as_of => '2027-03-01',"
+            " query_embedding => %s::real[], embedding_model => 'unit-8')"
+        )
+
+        def answers() -> list[Any]:
+            return [
+                conn.execute(recall, [owner, text, scopes, max_count, vector]).fetchall()
+                for owner in ("big", "alice")
+                for text in ("tea", "trains jazz please", "coffee maps rivers tea", "nothing shared")
+                for scopes in (None, ["work"])
+                for max_count in (1, 3, 10, 50)
+                for vector in (*queries, None)
+            ]
+
+        # big's vectors go into the HNSW index first (recall's approximate path); alice's are
+        # scanned exactly (the path whose threshold 0027 tightens).
+        assert conn.execute("SELECT indexed FROM prme.index_embeddings('unit-8', min_vectors => 50)").fetchone() == (
+            120,
+        )
+        before = answers()
+        assert sum(map(len, before)) > 1500 and len({len(a) for a in before}) > 3, "not vacuous"
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        assert answers() == before, "every recall answers as before"
+        arguments = conn.execute("SELECT pg_get_function_arguments('prme.index_embeddings'::regproc)").fetchone()
+        assert "min_vectors integer DEFAULT 20000" in arguments[0]  # type: ignore[index]

@@ -378,7 +378,7 @@ COMMENT ON FUNCTION prme._vector_index(text) IS
 
 CREATE FUNCTION prme.index_embeddings(
     model_id text DEFAULT NULL,
-    min_vectors integer DEFAULT 5000,
+    min_vectors integer DEFAULT 20000,
     max_count integer DEFAULT 2000
 )
 RETURNS TABLE (indexed integer)

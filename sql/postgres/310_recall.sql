@@ -225,7 +225,7 @@ BEGIN
                 coalesce(current_setting('hnsw.ef_search', TRUE), '40'),
                 coalesce(current_setting('hnsw.iterative_scan', TRUE), 'off')
             ];
-            PERFORM set_config('hnsw.ef_search', greatest(400, least(1000, 4 * v_wanted))::text, TRUE),
+            PERFORM set_config('hnsw.ef_search', greatest(800, least(1000, 8 * v_wanted))::text, TRUE),
                 set_config('hnsw.iterative_scan', 'strict_order', TRUE);
         ELSE
             v_closest := format(
@@ -284,8 +284,16 @@ BEGIN
         $sql$
         WITH
         matched AS MATERIALIZED (
-            SELECT m.id, m.search FROM (
-                SELECT n.user_id, n.id, n.search
+            SELECT m.id, m.search, m.strength_ceiling FROM (
+                SELECT n.user_id, n.id, n.search,
+                    -- Decay only lowers salience and confidence: the strength term of the
+                    -- score (below) is at most this, computed from the row's bases alone.
+                    0.5::double precision
+                    + 0.25::double precision * least(
+                        1.0::double precision, n.salience_base::double precision + n.reinforcement_boost::double precision
+                    )
+                    + 0.25::double precision * least(1.0::double precision, n.confidence_base::double precision)
+                        AS strength_ceiling
                 FROM prme.nodes AS n
                 WHERE n.search @@ prme._any_lexeme_query($2)
                   AND n.lifecycle_state NOT IN ('archived', 'deprecated')
@@ -298,7 +306,9 @@ BEGIN
             SELECT u.id, u.cosine FROM unnest($8::uuid[], $9::double precision[]) AS u (id, cosine)
         ),
         candidates AS MATERIALIZED (
-            SELECT matched.id FROM matched UNION SELECT nearest.id FROM nearest
+            SELECT coalesce(m.id, s.id) AS id, coalesce(m.strength_ceiling, 1.0::double precision) AS strength_ceiling,
+                s.cosine
+            FROM matched AS m FULL JOIN nearest AS s ON s.id = m.id
         ),
         -- Each matched memory with each of the query's words it has: one tsquery per word.
         pairs AS MATERIALIZED (
@@ -322,41 +332,62 @@ BEGIN
             FROM pairs AS p JOIN weights AS w ON w.word = p.word
             GROUP BY p.id
         ),
-        -- Bounds of each candidate's relevance: the nearest have their cosine; any other's
-        -- is at most the ceiling and at least 0 (negative cosines count as 0).
+        -- Each candidate's relevance, exact when its cosine is known (or not needed), else
+        -- at least with cosine 0; and a ceiling of its score: the nearest have their cosine,
+        -- any other's is at most the ceiling (negative cosines count as 0), and the strength
+        -- term is at most the candidate's strength ceiling.
         bounded AS MATERIALIZED (
-            SELECT c.id, coalesce(l.share, 0) AS share, s.cosine,
+            SELECT c.id, coalesce(l.share, 0) AS share, c.cosine,
                 CASE WHEN $6 IS NULL THEN coalesce(l.share, 0)
                      ELSE 0.6::double precision * coalesce(l.share, 0)
-                          + 0.4::double precision * greatest(coalesce(s.cosine, 0), 0)
-                END AS lower_bound,
-                CASE WHEN $6 IS NULL THEN coalesce(l.share, 0)
+                          + 0.4::double precision * greatest(coalesce(c.cosine, 0), 0)
+                END AS lower_relevance,
+                c.strength_ceiling * CASE WHEN $6 IS NULL THEN coalesce(l.share, 0)
                      ELSE 0.6::double precision * coalesce(l.share, 0)
-                          + 0.4::double precision * greatest(coalesce(s.cosine, $10), 0)
-                END AS upper_bound
+                          + 0.4::double precision * greatest(coalesce(c.cosine, $10), 0)
+                END AS score_ceiling
             FROM candidates AS c
             LEFT JOIN lexical AS l ON l.id = c.id
-            LEFT JOIN nearest AS s ON s.id = c.id
         ),
-        -- A score is between half its relevance and all of it (strength is in [0, 1]), so a
-        -- candidate whose relevance is below half the max_count-th best cannot be among the
-        -- best; the max_count-th best relevance is at least the max_count-th best lower bound.
-        -- Only a candidate that may pass has its cosine read, by primary key.
-        scored AS MATERIALIZED (
-            SELECT b.id,
-                CASE WHEN $6 IS NULL OR b.cosine IS NOT NULL OR $10 <= 0 THEN b.lower_bound
-                     ELSE 0.6::double precision * b.share
-                          + 0.4::double precision * greatest(coalesce(%s, 0), 0)
-                END AS relevance
+        -- The max_count-th best score is at least the max_count-th best exact score among the
+        -- few candidates with the highest score ceilings (the probe). By the index, whose
+        -- ceiling is approximate, it is taken as half the max_count-th best lower relevance
+        -- instead (a score is between half its relevance and all of it: strength is in [0, 1]),
+        -- which a cosine a little above the ceiling does not cross.
+        probe AS (
+            SELECT %1$s * (
+                    0.5
+                    + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4))
+                    + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4))
+                ) AS score
+            FROM (SELECT x.* FROM bounded AS x ORDER BY x.score_ceiling DESC, x.id LIMIT $12) AS b
+            CROSS JOIN LATERAL (
+                SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = b.id OFFSET 0
+            ) AS n
+        ),
+        threshold AS (
+            SELECT CASE WHEN $12 > 0
+                THEN coalesce((SELECT p.score FROM probe AS p ORDER BY p.score DESC OFFSET $7 - 1 LIMIT 1), 0)
+                ELSE 0.5 * coalesce(
+                    (SELECT x.lower_relevance FROM bounded AS x ORDER BY x.lower_relevance DESC OFFSET $7 - 1 LIMIT 1), 0
+                )
+            END AS score
+        ),
+        -- So a candidate whose score ceiling is below it cannot be among the best: only the
+        -- others have their cosine read, by primary key,
+        finalists AS MATERIALIZED (
+            SELECT b.id, %1$s AS relevance
             FROM bounded AS b
-            WHERE b.upper_bound >= 0.5 * coalesce(
-                (SELECT x.lower_bound FROM bounded AS x ORDER BY x.lower_bound DESC OFFSET $7 - 1 LIMIT 1), 0
-            )
+            WHERE b.score_ceiling >= (SELECT t.score FROM threshold AS t)
         ),
+        -- and of those, only the ones whose relevance reaches half the max_count-th best have
+        -- their row read and decayed (the probe's threshold already holds that).
         contenders AS (
-            SELECT sc.id, sc.relevance FROM scored AS sc
-            WHERE sc.relevance >= 0.5 * coalesce(
-                (SELECT b.relevance FROM scored AS b ORDER BY b.relevance DESC OFFSET $7 - 1 LIMIT 1), 0
+            SELECT f.id, f.relevance FROM finalists AS f
+            WHERE $12 > 0 OR f.relevance >= 0.5 * coalesce(
+                (SELECT x.relevance FROM finalists AS x ORDER BY x.relevance DESC OFFSET $7 - 1 LIMIT 1), 0
             )
         )
         SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
@@ -369,17 +400,17 @@ BEGIN
             FROM (
                 SELECT n.id, n.namespace, n.scope, n.kind, n.content, n.lifecycle_state, n.decay_profile,
                     n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
-                    n.created_at, n.updated_at, n.version, sc.relevance::double precision AS relevance,
+                    n.created_at, n.updated_at, n.version, f.relevance::double precision AS relevance,
                     prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4)
                     ) AS effective_salience,
                     prme._effective_confidence(n.confidence_base, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4)
                     ) AS effective_confidence
-                FROM contenders AS sc
+                FROM contenders AS f
                 -- Each candidate by its primary key: a join would read all of the owner's rows.
                 CROSS JOIN LATERAL (
-                    SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = sc.id OFFSET 0
+                    SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = f.id OFFSET 0
                 ) AS n
                 OFFSET 0  -- a level of its own: each effective value is computed once per row
             ) AS d
@@ -388,16 +419,21 @@ BEGIN
         ) AS r
         ORDER BY r.score DESC, r.id
         $sql$,
-        CASE WHEN v_embedding IS NULL THEN 'NULL::double precision' ELSE format(
-            $sql$(
-                SELECT -(v.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector) FROM prme.node_embeddings AS v
-                WHERE v.user_id = $1 AND v.model_id = $5 AND v.node_id = b.id AND v.embedding IS NOT NULL
-            )$sql$,
+        -- A bounded candidate's exact relevance: its cosine is read only when not known yet.
+        CASE WHEN v_embedding IS NULL THEN 'b.lower_relevance' ELSE format(
+            $sql$CASE WHEN b.cosine IS NOT NULL OR $10 <= 0 THEN b.lower_relevance
+                ELSE 0.6::double precision * b.share + 0.4::double precision * greatest(coalesce((
+                    SELECT -(v.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector) FROM prme.node_embeddings AS v
+                    WHERE v.user_id = $1 AND v.model_id = $5 AND v.node_id = b.id AND v.embedding IS NOT NULL
+                ), 0), 0)
+            END$sql$,
             v_vectors
         ) END
     ) USING v_user_id, v_lexemes, v_scopes, v_as_of, recall.embedding_model, v_embedding, recall.max_count,
         v_nearest_ids, v_nearest_cosines, v_cosine_ceiling,
-        ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme));
+        ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme)),
+        -- The probe: a few more than asked for, and none when the ceiling is the index's.
+        CASE WHEN v_hnsw IS NULL THEN 2 * recall.max_count + 10 ELSE 0 END;
 END;
 $$;
 
