@@ -136,18 +136,18 @@ FROM (
 ORDER BY d.score DESC, d.id
 LIMIT $max_count
 """
-# The candidates (prme.recall): the recallable memories having any of the query's $words (the
-# pack's word index), once with each of those words they have, and those of the closest
-# vectors' memories ($ids) that are recallable, with no word.
+# What recall needs to find its candidates (prme.recall): the owner's memories having any of
+# the query's $words (the pack's word index), once with each such word, and those of the owner's
+# memories it may not return, with no word. Two scans and no join: the few memories left out
+# are taken out in Python (_candidates).
 CANDIDATES = f"""
 SELECT CAST(w.node_id AS VARCHAR), w.word
 FROM prme.node_words AS w
-JOIN prme.nodes AS n ON n.user_id = w.user_id AND n.id = w.node_id
-WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) AND {_RECALLABLE}
+WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word)
 UNION ALL
 SELECT CAST(n.id AS VARCHAR), NULL
 FROM prme.nodes AS n
-WHERE n.id IN (SELECT unnest(CAST($ids AS UUID []))) AND {_RECALLABLE}
+WHERE n.user_id = $user_id AND NOT ({_RECALLABLE})
 """
 
 
@@ -177,37 +177,25 @@ def _candidates(
     cosines: np.ndarray,
     wanted: int,
 ) -> tuple[list[tuple[str, str]], list[int]]:
-    """The memories having the query's words, each with each such word, and the rows of the
-    ``wanted`` recallable memories nearest by inner product (the vectors are unit length: the
-    cosine), nearest first, ties by id (prme.recall): the closest vectors, checked against the
-    memories' rows; with fewer recallable among them than wanted while more vectors exist,
-    again with four times as many."""
-    fetch = wanted + max(10, wanted // 10)  # room for a few archived ones
-    matched: list[tuple[str, str]] | None = None
-    while True:
-        closest = [] if vectors is None else vectors.closest(cosines, fetch)
-        rows = con.execute(
-            CANDIDATES,
-            {
-                "user_id": params["user_id"],
-                "scopes": params["scopes"],
-                "words": words if matched is None else [],
-                "ids": [] if vectors is None else [vectors.ids[row] for row in closest],
-            },
-        ).fetchall()
-        if matched is None:
-            matched = [row for row in rows if row[1] is not None]
-        recallable = {node_id for node_id, word in rows if word is None}
-        nearest = [row for row in closest if vectors is not None and vectors.ids[row] in recallable][:wanted]
-        if len(nearest) >= wanted or len(closest) < fetch:
-            return matched, nearest
-        fetch *= 4
+    """The recallable memories having the query's words, each with each such word, and the rows
+    of the ``wanted`` recallable memories nearest by inner product (the vectors are unit
+    length: the cosine), nearest first, ties by id (prme.recall)."""
+    rows = con.execute(
+        CANDIDATES, {"user_id": params["user_id"], "scopes": params["scopes"], "words": words}
+    ).fetchall()
+    left_out = {node_id for node_id, word in rows if word is None}
+    matched = [(node_id, word) for node_id, word in rows if word is not None and node_id not in left_out]
+    if vectors is None:
+        return matched, []
+    recallable = cosines.copy()
+    recallable[[row for node_id in left_out if (row := vectors.rows.get(node_id)) is not None]] = -np.inf
+    return matched, [row for row in vectors.closest(recallable, wanted) if recallable[row] != -np.inf]
 
 
 def relevances(
     words: list[str],
     matched: list[tuple[str, str]],
-    nearest: dict[str, float],
+    nearest: set[str],
     cosine: Callable[[str], float] | None,
     max_count: int,
 ) -> dict[str, float]:
@@ -215,13 +203,13 @@ def relevances(
     (prme.recall, sql/postgres/310_recall.sql; docs/RECALL.md, "The score").
 
     The candidates are the ``matched`` memories (each with each of the query's ``words`` it
-    has) and the ``nearest`` (with their cosines). A word's weight is BM25's idf among the
+    has) and the ``nearest`` by meaning. A word's weight is BM25's idf among the
     candidates; a memory's lexical share is the weight of the query's words it has over the
     weight of all of them; with a query vector (``cosine`` gives any memory's, 0 without a
     vector) relevance = 0.6 lexical + 0.4 max(cosine, 0), else the share alone. A score lies
     between half its relevance and all of it, so a candidate whose relevance is below half
     the ``max_count``-th best cannot be returned: it is left out."""
-    candidates = {node_id for node_id, _ in matched} | nearest.keys()
+    candidates = {node_id for node_id, _ in matched} | nearest
     having = Counter(word for _, word in matched)
     weights = {w: math.log(1 + (len(candidates) - having[w] + 0.5) / (having[w] + 0.5)) for w in words}
     total = sum(weights.values())
@@ -231,11 +219,7 @@ def relevances(
     relevance: dict[str, float] = {}
     for node_id in candidates:
         share = shared[node_id] / total if node_id in shared else 0.0
-        if cosine is None:
-            relevance[node_id] = share
-        else:
-            similarity = nearest[node_id] if node_id in nearest else cosine(node_id)
-            relevance[node_id] = 0.6 * share + 0.4 * max(similarity, 0.0)
+        relevance[node_id] = share if cosine is None else 0.6 * share + 0.4 * max(cosine(node_id), 0.0)
     if len(relevance) < max_count:
         return relevance
     floor = 0.5 * heapq.nlargest(max_count, relevance.values())[-1]
@@ -321,7 +305,7 @@ class RecallOperations(PackConnection):
 
                 cosine = similarity
             matched, nearest_rows = _candidates(con, params, words, vectors, cosines, max(100, request.max_count))
-            nearest = {} if vectors is None else {vectors.ids[row]: float(cosines[row]) for row in nearest_rows}
+            nearest = set() if vectors is None else {vectors.ids[row] for row in nearest_rows}
             contenders = relevances(words, matched, nearest, cosine, request.max_count)
             if not contenders:
                 return []
@@ -330,9 +314,10 @@ class RecallOperations(PackConnection):
             ).fetchall()
             return recall_hits(ranked)
 
-        # The query's words, the model's dimensions and the state of the owner's vectors (one
-        # statement), the nearest (vectors compared in memory, checked against the rows), the
-        # memories having the query's words, then the ranking of those that can reach the top.
+        # Three statements: the query's words, the model's dimensions and the state of the
+        # owner's vectors; the memories having the query's words and those recall may not
+        # return; the decay and ranking of those that can reach the top. The nearest are
+        # found in memory in between.
         return self.read(work)
 
     def _vector_cache(self) -> VectorCache:
