@@ -128,7 +128,7 @@ VECTOR_STATE = (
     "WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL)"
 )
 _VECTORS_AFTER = (
-    "SELECT e.rowid AS row_id, CAST(e.node_id AS VARCHAR) AS node_id, e.embedding FROM prme.node_embeddings AS e "
+    "SELECT CAST(e.node_id AS VARCHAR) AS node_id, e.embedding FROM prme.node_embeddings AS e "
     "WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL AND e.rowid > $after"
 )
 #: Memory the copies may take (all owners and models of one connection); the owner asked
@@ -366,7 +366,7 @@ class EmbeddingOperations(PackConnection):
         return self.read(work)
 
     def index_embeddings(self, request: IndexEmbeddings) -> int:
-        """A pack has no vector index (its recall scans every vector of the owner): the
+        """A pack has no vector index (its recall compares every vector of the owner, in memory): the
         arguments are checked as PostgreSQL checks them, and nothing moves."""
         if not 1 <= request.min_vectors <= 1_000_000_000:
             raise InvalidInput("min_vectors must be between 1 and 1000000000")

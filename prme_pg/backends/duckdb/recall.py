@@ -48,9 +48,9 @@ def _index_recall_words(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("INSERT OR REPLACE INTO prme.pack_info VALUES ('recall_words', $v)", {"v": RECALL_WORDS_VERSION})
 
 
-#: DuckDB's compressions of floats. Recall reads every vector of the owner and model: decoding
-#: them took more time than the inner products (docs/PERFORMANCE.md, issue 31); stored plain,
-#: the vectors take about a tenth more room in the file.
+#: DuckDB's compressions of floats. Recall reads every vector of an owner and model when it
+#: first holds them in memory: decoding them took more time than the inner products
+#: (docs/PERFORMANCE.md, issue 31); stored plain, they take about a tenth more room in the file.
 _FLOAT_COMPRESSIONS = ("alp", "alprd")
 _COMPRESSED_VECTORS = (
     "SELECT 1 FROM pragma_storage_info('prme.node_embeddings') "
@@ -138,8 +138,8 @@ LIMIT $max_count
 """
 # What recall needs to find its candidates (prme.recall): the owner's memories having any of
 # the query's $words (the pack's word index), once with each such word, and those of the owner's
-# memories it may not return, with no word. Two scans and no join: the few memories left out
-# are taken out in Python (_candidates).
+# memories it may not return (archived, deprecated, other scopes), with no word. Two scans
+# and no join: those are taken out in Python (_candidates).
 CANDIDATES = f"""
 SELECT CAST(w.node_id AS VARCHAR), w.word
 FROM prme.node_words AS w
