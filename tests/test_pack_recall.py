@@ -26,6 +26,7 @@ import pytest
 from prme_pg import InvalidInput, MemoryClient
 from prme_pg.backends import StoreEmbeddings
 from prme_pg.backends.duckdb import PACK_FILE
+from prme_pg.backends.duckdb.embeddings import VectorCache
 from prme_pg.bulk import import_lines
 from prme_pg.client import recall_request
 from prme_pg.embedding_worker import embed_pending
@@ -182,6 +183,24 @@ def test_the_vectors_held_in_memory_follow_every_write(tmp_path: Path) -> None:
         memory.add_node("Repairs old bicycles in the garage", user_id="hal")
         same_as_a_fresh_pack(memory, root, [*questions, "fixing bikes"])
         assert top("fixing bikes") == "Repairs old bicycles in the garage"
+
+
+def test_owners_past_the_memory_bound_are_read_again_when_asked(tmp_path: Path) -> None:
+    """With room for one owner's vectors only, asking for owners in turn reads each again: the
+    same hits as a pack opened afresh, and the copies held stay within the bound (but the last)."""
+    root = tmp_path / "memories"
+    with MemoryClient(root) as memory:
+        for owner, seed in (("hal", 21), ("ivy", 22)):
+            memory.add_nodes(corpus(120, random.Random(seed)), user_id=owner)
+        held = VectorCache(max_bytes=1)
+        memory.backend._owner_vectors = held  # type: ignore[attr-defined]
+        with MemoryClient(root) as fresh:
+            for owner in ("hal", "ivy", "hal", "ivy"):
+                for question in QUESTIONS[:3]:
+                    ours = memory.recall(question, user_id=owner, as_of=AS_OF, max_count=20)
+                    theirs = fresh.recall(question, user_id=owner, as_of=AS_OF, max_count=20)
+                    assert_same_ranking(theirs, ours, TOLERANCE)
+                assert [key[0] for key in held._owners] == [owner]
 
 
 def float_compressions(file: Path) -> set[str]:
