@@ -1,11 +1,14 @@
 """The pack's recall by meaning past its nearest 100, and how the pack stores vectors for it
-(issue 31, item 8; prme_pg/backends/duckdb/recall.py).
+(issue 31, item 8; prme_pg/backends/duckdb/recall.py and embeddings.py).
 
 Recall's candidates are the memories sharing a word with the question and the 100 (or
-max_count) nearest recallable vectors, exact (sql/postgres/310_recall.sql): with more vectors
-than that, and archived memories and other scopes among the nearest, both engines must still
-pick the same ones. A pack stores its vectors plain (no float compression, which recall's scan
-of every vector paid for): a pack written before has them rewritten when opened, bit for bit.
+max_count) nearest recallable vectors, exact, ties by id (sql/postgres/310_recall.sql): with
+more vectors than that, and archived memories and other scopes among the nearest, both engines
+must still pick the same ones. A pack compares the question with the owner's vectors held in
+memory while it is open: whatever writes a vector (add_node, add_nodes, the embedding worker,
+an import, another client of the pack), the next recall ranks as a pack opened afresh does.
+A pack stores its vectors plain (no float compression): a pack written before has them
+rewritten when opened, bit for bit.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ import numpy as np
 import pytest
 
 from prme_pg import InvalidInput, MemoryClient
+from prme_pg.backends import StoreEmbeddings
 from prme_pg.backends.duckdb import PACK_FILE
+from prme_pg.backends.duckdb.embeddings import VectorCache
+from prme_pg.bulk import import_lines
 from prme_pg.client import recall_request
+from prme_pg.embedding_worker import embed_pending
 
-from .test_conformance_recall import VECTOR_TOLERANCE, assert_same_ranking
+from .test_conformance_recall import TOLERANCE, VECTOR_TOLERANCE, assert_same_ranking
 
 AS_OF = datetime(2026, 1, 1, tzinfo=UTC)
 PEOPLE = ["sister", "brother", "manager", "dentist", "neighbour", "cousin"]
@@ -81,6 +88,119 @@ def test_both_engines_pick_the_same_nearest_among_many_vectors(db_dsn: str, tmp_
         ours = pack.recall("hobbies", user_id="dana", as_of=AS_OF, max_count=150)
         assert len(ours) == 150
         assert_same_ranking(theirs, ours, VECTOR_TOLERANCE)
+
+
+def test_nearest_vectors_that_tie_are_taken_by_id_as_on_postgresql(db_dsn: str, tmp_path: Path) -> None:
+    """130 memories with one content (one vector) and the question's words in none: the 100
+    nearest are a tie, broken by id on both engines, so both rank the same 100 by strength."""
+    rng = random.Random(5)
+    items = [
+        {
+            "content": "Keeps a small herb garden on the balcony",
+            "node_id": uuid.UUID(int=(0xC3 << 96) | rng.getrandbits(64)),
+            "salience_base": rng.randint(0, 10000) / 10000,
+        }
+        for _ in range(130)
+    ]
+    with MemoryClient(db_dsn) as server, MemoryClient(tmp_path / "memories") as pack:
+        for client in (server, pack):
+            client.add_nodes(items, user_id="gil")
+        theirs = server.recall("plants", user_id="gil", as_of=AS_OF, max_count=20)
+        ours = pack.recall("plants", user_id="gil", as_of=AS_OF, max_count=20)
+    nearest = sorted(item["node_id"] for item in items)[:100]
+    assert {h.id for h in ours} <= set(nearest)
+    assert_same_ranking(theirs, ours, VECTOR_TOLERANCE)
+
+
+def same_as_a_fresh_pack(memory: MemoryClient, root: Path, questions: list[str]) -> list[list[Any]]:
+    """Each question's hits from ``memory`` (its vectors held in memory since earlier calls),
+    checked against a client opening the pack now (reading every vector); the hits."""
+    with MemoryClient(root) as fresh:
+        results = []
+        for question in questions:
+            for max_count in (5, 120):
+                ours = memory.recall(question, user_id="hal", as_of=AS_OF, max_count=max_count)
+                theirs = fresh.recall(question, user_id="hal", as_of=AS_OF, max_count=max_count)
+                assert_same_ranking(theirs, ours, TOLERANCE)
+                results.append(ours)
+    return results
+
+
+def test_the_vectors_held_in_memory_follow_every_write(tmp_path: Path) -> None:
+    root = tmp_path / "memories"
+    questions = ["who teaches the violin", "hobbies", "where does my family live"]
+    with MemoryClient(root) as memory, MemoryClient(root) as other, MemoryClient(root, embedder=False) as plain:
+        assert memory.embedder is not None
+        model = memory.embedder.model_id
+        memory.add_nodes(corpus(200, random.Random(12)), user_id="hal")
+        same_as_a_fresh_pack(memory, root, questions)  # the owner's vectors are now held
+
+        def top(question: str) -> str:
+            return memory.recall(question, user_id="hal", as_of=AS_OF, max_count=5)[0].content
+
+        # add_node: the new memory is found by meaning at once.
+        violin = memory.add_node("Ursula gives violin lessons on Thursdays", user_id="hal")
+        same_as_a_fresh_pack(memory, root, questions)
+        assert top("who teaches the violin") == violin.content
+        # archive_node: the held vector stays, the memory is no longer recalled.
+        memory.archive_node(violin.id, user_id="hal")
+        same_as_a_fresh_pack(memory, root, questions)
+        assert violin.id not in {h.id for h in memory.recall("violin lessons", user_id="hal", max_count=50)}
+        # add_nodes, by another client of the same pack (its own connection).
+        other.add_nodes([{"content": "Takes cello lessons from Viktor every Monday"}], user_id="hal")
+        same_as_a_fresh_pack(memory, root, questions)
+        assert top("lessons with Viktor") == "Takes cello lessons from Viktor every Monday"
+        # A memory written without a vector, then the embedding worker's store_embeddings,
+        # after a recorded failure of the model that the worker replaces.
+        flute = plain.add_node("Practises the flute before breakfast", user_id="hal")
+        memory.backend.execute(
+            StoreEmbeddings(model, 256, (("hal", flute.id),), np.zeros((1, 256), np.float32), ("model failed",))
+        )
+        same_as_a_fresh_pack(memory, root, questions)
+        assert embed_pending(memory, retry_failed=True).embedded == 1
+        same_as_a_fresh_pack(memory, root, questions)
+        # All of the question's words (0.6) and now a cosine with the question's vector too.
+        hit = memory.recall("flute", user_id="hal", as_of=AS_OF, max_count=1)[0]
+        assert (hit.id, hit.relevance > 0.6 + 0.4 * 0.2) == (flute.id, True)
+        # An import (several add_nodes batches in one transaction).
+        lines = [
+            (1, '{"id": "imported-1", "user_id": "hal", "content": "Sings in a choir on Wednesday evenings"}'),
+            (2, '{"id": "imported-2", "user_id": "hal", "content": "Bought a second-hand piano last month"}'),
+        ]
+        assert import_lines(memory, lines).created == 2
+        same_as_a_fresh_pack(memory, root, [*questions, "singing in a group"])
+        assert top("singing in a group") == "Sings in a choir on Wednesday evenings"
+        # Every vector rewritten in place (new rowids, as when a pack stored compressed is
+        # opened), and compacted by a checkpoint: the same vectors, read again.
+        con = other.backend._con  # type: ignore[attr-defined]
+        con.execute("UPDATE prme.node_embeddings SET embedding = embedding WHERE embedding IS NOT NULL")
+        con.execute("CHECKPOINT")
+        same_as_a_fresh_pack(memory, root, questions)
+        # Rows renumbered below the last one read (DuckDB may compact a table with deletions
+        # when it checkpoints): the new vector is not past it, the count tells, all are read again.
+        for held in memory.backend._vector_cache()._owners.values():  # type: ignore[attr-defined]
+            held.last_rowid += 1_000_000
+        memory.add_node("Repairs old bicycles in the garage", user_id="hal")
+        same_as_a_fresh_pack(memory, root, [*questions, "fixing bikes"])
+        assert top("fixing bikes") == "Repairs old bicycles in the garage"
+
+
+def test_owners_past_the_memory_bound_are_read_again_when_asked(tmp_path: Path) -> None:
+    """With room for one owner's vectors only, asking for owners in turn reads each again: the
+    same hits as a pack opened afresh, and the copies held stay within the bound (but the last)."""
+    root = tmp_path / "memories"
+    with MemoryClient(root) as memory:
+        for owner, seed in (("hal", 21), ("ivy", 22)):
+            memory.add_nodes(corpus(120, random.Random(seed)), user_id=owner)
+        held = VectorCache(max_bytes=1)
+        memory.backend._owner_vectors = held  # type: ignore[attr-defined]
+        with MemoryClient(root) as fresh:
+            for owner in ("hal", "ivy", "hal", "ivy"):
+                for question in QUESTIONS[:3]:
+                    ours = memory.recall(question, user_id=owner, as_of=AS_OF, max_count=20)
+                    theirs = fresh.recall(question, user_id=owner, as_of=AS_OF, max_count=20)
+                    assert_same_ranking(theirs, ours, TOLERANCE)
+                assert [key[0] for key in held._owners] == [owner]
 
 
 def float_compressions(file: Path) -> set[str]:

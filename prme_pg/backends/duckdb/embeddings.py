@@ -1,11 +1,13 @@
 """Embeddings (sql/postgres/305_embeddings.sql): the registered models, each memory's vector per
 model as derived state, and the embedding worker's reads and writes, with the same rules and
-messages. Vectors are DuckDB FLOAT lists; similarity is DuckDB's own list_inner_product."""
+messages. Vectors are DuckDB FLOAT lists; recall compares them in memory (OwnerVectors)."""
 
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -104,6 +106,115 @@ def vector_rows(con: duckdb.DuckDBPyConnection, vectors: Vectors) -> Iterator[st
         # After a failed statement the transaction's ROLLBACK drops the view.
         with contextlib.suppress(duckdb.Error):
             con.unregister(_VECTORS_VIEW)
+
+
+# -- an owner's vectors in memory, for recall -----------------------------------------------
+#
+# Recall compares the question with every vector of the owner and model. Read from DuckDB on
+# every call, that cost more than the rest of the ranking (issue 31); the pack keeps them in
+# memory instead, one float32 matrix per owner and model, as long as the connection is open.
+#
+# What makes the copy safe to reuse: a stored vector is never changed or deleted (a memory's
+# content never changes; store_embeddings keeps a vector and replaces only a recorded failure;
+# nothing deletes a memory of a pack). So an owner's set of vectors only grows, every vector
+# the copy holds is still stored, and when the copy holds as many as the table, it holds them
+# all. Each recall reads that count and the last rowid (VECTOR_STATE, in the statement it
+# needs anyway) and reads only the vectors stored since, whoever wrote them: no write path has
+# to tell the copy anything.
+
+#: The number and the last rowid of an owner's vectors of a model ($user_id, $model_id).
+VECTOR_STATE = (
+    "(SELECT {'count': count(*), 'last_rowid': coalesce(max(e.rowid), -1)} FROM prme.node_embeddings AS e "
+    "WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL)"
+)
+_VECTORS_AFTER = (
+    "SELECT CAST(e.node_id AS VARCHAR) AS node_id, e.embedding FROM prme.node_embeddings AS e "
+    "WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL AND e.rowid > $after"
+)
+#: Memory the copies may take (all owners and models of one connection); the owner asked
+#: last is kept whatever its size. 4 bytes a dimension: 10 MB for 10,000 vectors of 256.
+VECTOR_CACHE_BYTES = 256 << 20
+
+
+@dataclass
+class OwnerVectors:
+    """One owner's vectors of one model: ``matrix[i]`` is the vector of memory ``ids[i]``
+    (ids as DuckDB writes UUIDs: lower-case hex, whose order is the UUIDs' order)."""
+
+    dimensions: int
+    ids: list[str] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+    buffer: np.ndarray = field(init=False)
+    last_rowid: int = -1
+
+    def __post_init__(self) -> None:
+        self.buffer = np.empty((0, self.dimensions), np.float32)
+
+    @property
+    def matrix(self) -> np.ndarray:
+        return self.buffer[: len(self.ids)]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buffer.nbytes)
+
+    def add(self, ids: list[str], vectors: np.ndarray) -> None:
+        """Append the vectors of memories not held yet (in place, the buffer doubling)."""
+        new = [i for i, node_id in enumerate(ids) if node_id not in self.rows]
+        count = len(self.ids)
+        if count + len(new) > len(self.buffer):
+            grown = np.empty((max(count + len(new), 2 * len(self.buffer)), self.dimensions), np.float32)
+            grown[:count] = self.matrix
+            self.buffer = grown
+        self.buffer[count : count + len(new)] = vectors[new]
+        for offset, i in enumerate(new):
+            self.rows[ids[i]] = count + offset
+            self.ids.append(ids[i])
+
+    def closest(self, cosines: np.ndarray, count: int) -> list[int]:
+        """The rows of the ``count`` largest ``cosines``, largest first, ties by id."""
+        if count < len(cosines):
+            kth = np.partition(cosines, len(cosines) - count)[len(cosines) - count]
+            rows = np.flatnonzero(cosines >= kth)  # more than count on a tie at the last place
+        else:
+            rows = np.arange(len(cosines))
+        ranked = sorted(zip((-cosines[rows]).tolist(), (self.ids[row] for row in rows), rows.tolist(), strict=True))
+        return [row for _, _, row in ranked[:count]]
+
+
+class VectorCache:
+    """Each owner's vectors of each model, in memory while the pack is open (the note above)."""
+
+    def __init__(self, max_bytes: int = VECTOR_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._owners: OrderedDict[tuple[str, str], OwnerVectors] = OrderedDict()
+
+    def vectors(
+        self, con: duckdb.DuckDBPyConnection, user_id: str, model_id: str, dimensions: int, state: dict[str, int]
+    ) -> OwnerVectors:
+        """The owner's vectors as stored now; ``state`` is VECTOR_STATE read by the caller."""
+        key = (user_id, model_id)
+        owner = self._owners.pop(key, None)
+        if owner is None or owner.dimensions != dimensions or len(owner.ids) > state["count"]:
+            owner = OwnerVectors(dimensions)
+        if len(owner.ids) < state["count"] or owner.last_rowid != state["last_rowid"]:
+            _read_vectors(con, owner, user_id, model_id, owner.last_rowid)
+            if len(owner.ids) != state["count"]:
+                # Rows renumbered (DuckDB compacts a table with deletions when it checkpoints):
+                # read them all again.
+                owner = OwnerVectors(dimensions)
+                _read_vectors(con, owner, user_id, model_id, -1)
+            owner.last_rowid = state["last_rowid"]
+        self._owners[key] = owner
+        while len(self._owners) > 1 and sum(o.nbytes for o in self._owners.values()) > self.max_bytes:
+            self._owners.popitem(last=False)
+        return owner
+
+
+def _read_vectors(con: duckdb.DuckDBPyConnection, owner: OwnerVectors, user_id: str, model_id: str, after: int) -> None:
+    rows = con.execute(_VECTORS_AFTER, {"user_id": user_id, "model_id": model_id, "after": after}).fetchnumpy()
+    if len(rows["node_id"]):
+        owner.add(list(rows["node_id"]), np.stack(list(rows["embedding"])).astype(np.float32, copy=False))
 
 
 def _model_dimensions(con: duckdb.DuckDBPyConnection, model_id: str) -> int:
@@ -255,7 +366,7 @@ class EmbeddingOperations(PackConnection):
         return self.read(work)
 
     def index_embeddings(self, request: IndexEmbeddings) -> int:
-        """A pack has no vector index (its recall scans every vector of the owner): the
+        """A pack has no vector index (its recall compares every vector of the owner, in memory): the
         arguments are checked as PostgreSQL checks them, and nothing moves."""
         if not 1 <= request.min_vectors <= 1_000_000_000:
             raise InvalidInput("min_vectors must be between 1 and 1000000000")
