@@ -13,8 +13,9 @@ defaults but shared_buffers = 256MB; pgvector when installed) and on a memory pa
    called set-based from SQL, 1,000 per statement; pack: one INSERT, as bench/client_bench.py
    loads its recall pack), then ``embed_pending`` (what ``prme-pg embed`` runs) gives each its
    vector with the default model. Its rate: target >= 5,000 memories/s on PostgreSQL.
-   They stay out of the HNSW index, as ``prme-pg embed`` leaves an owner's below 20,000
-   vectors: recall scans them exactly (bench/recall_cost_bench.py measures the index path).
+   On PostgreSQL the owner's vectors then go into the HNSW index (``prme.index_embeddings``,
+   as ``prme-pg embed`` does after its pass): its time, and how much of the exact scan's
+   top 10 recall through the index keeps, over the questions below.
 2. Recall over those 10,000: ``MemoryClient.recall`` with the default embedder (the question
    embedded, then hybrid prme.recall) against a client with ``embedder=False`` (words only),
    and the split of the hybrid call: the embedding of the question alone, the client's call
@@ -67,7 +68,7 @@ from prme_pg.backends.duckdb import PACK_FILE
 from prme_pg.backends.duckdb.connection import PackConnection
 from prme_pg.backends.postgres import Float4Array
 from prme_pg.client import recall_request
-from prme_pg.embedding_worker import embed_pending
+from prme_pg.embedding_worker import embed_pending, index_vectors
 from prme_pg.embeddings import Embedder, Vector, load_embedder
 
 USER = "bench"
@@ -291,6 +292,19 @@ def postgres(texts: list[str], questions: list[str], calls: int, adds: int) -> d
                 conn.execute("VACUUM ANALYZE prme.node_embeddings")
             model = embedder.model_id
             assert hybrid.recall(questions[0], user_id=USER), "no hit"
+            # The owner's 10,000 vectors go into the HNSW index (prme-pg embed does this after
+            # its pass): its build time, and how many of the exact top 10 the index path keeps.
+            exact = {q: [h.id for h in hybrid.recall(q, user_id=USER, query_embedding=vectors[q])] for q in vectors}
+            started = time.perf_counter()
+            indexed = index_vectors(hybrid)
+            index_seconds = time.perf_counter() - started
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE prme.node_embeddings")
+            shared = [
+                len(set(exact[q]) & {h.id for h in hybrid.recall(q, user_id=USER, query_embedding=vectors[q])})
+                / max(1, len(exact[q]))
+                for q in vectors
+            ]
 
             def engine(query: str, vector: Vector | None) -> Any:
                 # The client's binary float4[] (prme_pg.backends.postgres): no float formatted as text.
@@ -330,6 +344,7 @@ def postgres(texts: list[str], questions: list[str], calls: int, adds: int) -> d
         "pgvector": pgvector,
         "load_seconds": load_seconds,
         "backfill": {"embedded": summary.embedded, "seconds": summary.seconds},
+        "index": {"vectors": indexed, "seconds": index_seconds, "top10_shared": statistics.mean(shared)},
         "server_cpu_ms": server_cpu,
         "recall": recall,
         "add_node": add,
@@ -505,6 +520,11 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if engine == "PostgreSQL":
             out[engine]["backfill_met"] = out[engine]["backfill_per_second"] >= BACKFILL_TARGET
             out[engine]["server_cpu_ms_per_recall"] = {k: round(v, 2) for k, v in res["server_cpu_ms"].items()}
+            out[engine]["index"] = {
+                "vectors": res["index"]["vectors"],
+                "seconds": round(res["index"]["seconds"], 2),
+                "top10_shared_with_exact": round(res["index"]["top10_shared"], 3),
+            }
     return out
 
 
@@ -543,6 +563,13 @@ def report(summary: dict[str, Any]) -> None:
             console.print(
                 f"server CPU per prme.recall (from /proc, unmoved by load): hybrid {cpu['hybrid']:.2f} ms, "
                 f"words only {cpu['words only']:.2f} ms",
+                highlight=False,
+            )
+        if "index" in s:
+            index = s["index"]
+            console.print(
+                f"HNSW index: {index['vectors']:,} vectors moved and indexed in {index['seconds']:.1f} s; recall's "
+                f"top 10 through it shares {index['top10_shared_with_exact']:.3f} with the exact scan's",
                 highlight=False,
             )
         console.print(

@@ -1,36 +1,53 @@
--- prme-pg migration 0027_recall_thresholds: recall reads and decays fewer candidates, and its
--- HNSW path is taken later and searched wider (issue 31, item 8). Same results by exact scan.
+-- prme-pg migration 0027_recall_thresholds: recall reads and decays fewer candidates, and the
+-- HNSW index finds the nearest (issue 31, item 8).
 --
 -- Recall (0025) bounded each candidate's relevance and kept those within half of the
 -- max_count-th best lower bound, the factor of two standing for strength, which it did not
 -- know before reading the row: about half of the candidates had their cosine read and a
 -- third their row decayed. Now each candidate also carries a ceiling of its strength term,
--- taken from its bases in the row the word match read anyway (decay only lowers them), and,
--- when the owner's vectors were scanned exactly, the few candidates with the highest score
--- ceilings (2 * max_count + 10, the probe) are scored exactly first: their max_count-th best
--- score is a threshold no other candidate below it can cross. Only the rest above it have
--- their cosine read and their row decayed -- about 30 at max_count 10. By the HNSW index,
--- whose nearest set only approximates the nearest (its last cosine is no ceiling: the index
--- misses memories closer than that), the threshold stays 0.5 * the max_count-th best lower
--- relevance.
+-- taken from its bases in the row the word match read anyway (decay only lowers them), and
+-- the few candidates with the highest score ceilings (2 * max_count + 10, the probe) are
+-- scored exactly first: their max_count-th best score is a threshold no candidate whose
+-- ceiling is below it can cross. Only the rest have their cosine read and their row decayed
+-- -- about 30 at max_count 10. An owner's vectors scanned exactly give the same answers as
+-- 0026 (the last of the nearest is a true ceiling of every other cosine).
 --
--- With the exact scan that cheaper, it costs what the index path does at 10,000 vectors of
--- one owner and is exact, while the index at hnsw.ef_search 400 returned, for some
--- questions, few of the true nearest: prme.index_embeddings' min_vectors default is now
--- 20,000 (was 5,000), and recall searches the index with ef_search 800 (was 400).
+-- By the HNSW index that ceiling holds only as far as the index finds the nearest; a probe
+-- score above its ceiling counts as the ceiling. An index built with pgvector's default
+-- ef_construction (64) held, on bench/semantic_bench.py's corpus, 88 % of the exact 100
+-- nearest and for some questions none; prme.index_embeddings now builds with
+-- ef_construction 200 (99 %, at least 91 % per question, at the same ef_search 400). Indexes
+-- built before take 200 below for the vectors inserted from now on; REINDEX INDEX
+-- CONCURRENTLY prme.node_embeddings_hnsw_... rebuilds one whole with it.
 -- bench/recall_cost_bench.py compares recall with 0026's on one database.
 --
 -- Apply with: psql -1 -v ON_ERROR_STOP=1 -f migrations/0027_recall_thresholds.sql
--- (or prme-pg migrate). It replaces functions: catalog locks only, each held for a moment.
--- Its bodies are copied from sql/postgres/310_recall.sql and sql/postgres/305_embeddings.sql.
+-- (or prme-pg migrate). It replaces functions and sets a storage parameter of each HNSW index
+-- prme.index_embeddings built: locks held for a moment, nothing rewritten.
+-- Its bodies are copied from sql/postgres/305_embeddings.sql and sql/postgres/310_recall.sql.
 
 SET LOCAL ROLE prme_owner;
+
+DO $indexes$
+DECLARE
+    v_index regclass;
+BEGIN
+    FOR v_index IN
+        SELECT i.indexrelid::regclass
+        FROM pg_catalog.pg_index AS i
+        INNER JOIN pg_catalog.pg_class AS c ON i.indexrelid = c.oid
+        WHERE i.indrelid = 'prme.node_embeddings'::regclass AND c.relname LIKE 'node\_embeddings\_hnsw\_%'
+    LOOP
+        EXECUTE pg_catalog.format('ALTER INDEX %s SET (ef_construction = 200)', v_index);
+    END LOOP;
+END
+$indexes$;
 
 -- >>> sql/postgres/305_embeddings.sql
 
 CREATE OR REPLACE FUNCTION prme.index_embeddings(
     model_id text DEFAULT NULL,
-    min_vectors integer DEFAULT 20000,
+    min_vectors integer DEFAULT 5000,
     max_count integer DEFAULT 2000
 )
 RETURNS TABLE (indexed integer)
@@ -120,10 +137,13 @@ BEGIN
 
     IF v_first AND v_indexed > 0 THEN
         -- Inner product on unit vectors is the cosine; the cast gives the column the
-        -- model's dimensions, which an HNSW index needs. Recall's query repeats it.
+        -- model's dimensions, which an HNSW index needs. Recall's query repeats it. A graph
+        -- built with pgvector's default ef_construction (64) missed most of the nearest for
+        -- some questions; with 200 its searches find them for about the same cost
+        -- (docs/RECALL.md, "Scale"), each insert costing more, in the background.
         EXECUTE format(
             'CREATE INDEX %I ON prme.node_embeddings USING hnsw ((embedding::%s.vector(%s)) %s.vector_ip_ops) '
-            'WHERE model_id = %L AND indexed',
+            'WITH (m = 16, ef_construction = 200) WHERE model_id = %L AND indexed',
             v_index, v_vectors, v_dimensions, v_vectors, index_embeddings.model_id
         );
         -- Most of the model's rows changed side at once: plan recall with that known.
@@ -295,7 +315,7 @@ BEGIN
                 coalesce(current_setting('hnsw.ef_search', TRUE), '40'),
                 coalesce(current_setting('hnsw.iterative_scan', TRUE), 'off')
             ];
-            PERFORM set_config('hnsw.ef_search', greatest(800, least(1000, 8 * v_wanted))::text, TRUE),
+            PERFORM set_config('hnsw.ef_search', greatest(400, least(1000, 4 * v_wanted))::text, TRUE),
                 set_config('hnsw.iterative_scan', 'strict_order', TRUE);
         ELSE
             v_closest := format(
@@ -420,44 +440,29 @@ BEGIN
             LEFT JOIN lexical AS l ON l.id = c.id
         ),
         -- The max_count-th best score is at least the max_count-th best exact score among the
-        -- few candidates with the highest score ceilings (the probe). By the index, whose
-        -- ceiling is approximate, it is taken as half the max_count-th best lower relevance
-        -- instead (a score is between half its relevance and all of it: strength is in [0, 1]),
-        -- which a cosine a little above the ceiling does not cross.
+        -- few candidates with the highest score ceilings (the probe: 2 * max_count + 10; 0
+        -- with fewer). A score above its own ceiling -- a cosine above the last of the nearest,
+        -- which the HNSW index, being approximate, may have missed -- counts as the ceiling.
         probe AS (
-            SELECT %1$s * (
+            SELECT least(b.score_ceiling, %1$s * (
                     0.5
                     + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4))
                     + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4))
-                ) AS score
-            FROM (SELECT x.* FROM bounded AS x ORDER BY x.score_ceiling DESC, x.id LIMIT $12) AS b
+                )) AS score
+            FROM (SELECT x.* FROM bounded AS x ORDER BY x.score_ceiling DESC, x.id LIMIT 2 * $7 + 10) AS b
             CROSS JOIN LATERAL (
                 SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = b.id OFFSET 0
             ) AS n
         ),
-        threshold AS (
-            SELECT CASE WHEN $12 > 0
-                THEN coalesce((SELECT p.score FROM probe AS p ORDER BY p.score DESC OFFSET $7 - 1 LIMIT 1), 0)
-                ELSE 0.5 * coalesce(
-                    (SELECT x.lower_relevance FROM bounded AS x ORDER BY x.lower_relevance DESC OFFSET $7 - 1 LIMIT 1), 0
-                )
-            END AS score
-        ),
-        -- So a candidate whose score ceiling is below it cannot be among the best: only the
-        -- others have their cosine read, by primary key,
-        finalists AS MATERIALIZED (
+        -- So a candidate whose score ceiling is below that cannot be among the best: only the
+        -- others have their cosine read and their row decayed, each by its primary key.
+        finalists AS (
             SELECT b.id, %1$s AS relevance
             FROM bounded AS b
-            WHERE b.score_ceiling >= (SELECT t.score FROM threshold AS t)
-        ),
-        -- and of those, only the ones whose relevance reaches half the max_count-th best have
-        -- their row read and decayed (the probe's threshold already holds that).
-        contenders AS (
-            SELECT f.id, f.relevance FROM finalists AS f
-            WHERE $12 > 0 OR f.relevance >= 0.5 * coalesce(
-                (SELECT x.relevance FROM finalists AS x ORDER BY x.relevance DESC OFFSET $7 - 1 LIMIT 1), 0
+            WHERE b.score_ceiling >= coalesce(
+                (SELECT p.score FROM probe AS p ORDER BY p.score DESC OFFSET $7 - 1 LIMIT 1), 0
             )
         )
         SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
@@ -477,7 +482,7 @@ BEGIN
                     prme._effective_confidence(n.confidence_base, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4)
                     ) AS effective_confidence
-                FROM contenders AS f
+                FROM finalists AS f
                 -- Each candidate by its primary key: a join would read all of the owner's rows.
                 CROSS JOIN LATERAL (
                     SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = f.id OFFSET 0
@@ -501,9 +506,7 @@ BEGIN
         ) END
     ) USING v_user_id, v_lexemes, v_scopes, v_as_of, recall.embedding_model, v_embedding, recall.max_count,
         v_nearest_ids, v_nearest_cosines, v_cosine_ceiling,
-        ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme)),
-        -- The probe: a few more than asked for, and none when the ceiling is the index's.
-        CASE WHEN v_hnsw IS NULL THEN 2 * recall.max_count + 10 ELSE 0 END;
+        ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme));
 END;
 $$;
 
@@ -516,4 +519,4 @@ COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz, real[]
 'by strength alone. scopes (NULL = all) filters; max_count is 1..1000; the query is at most 64 KiB with at most 1024 '
 'distinct words. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (27, 'recall_thresholds', 'ad05451cb7545f9452de0f38a1e4b7da7b4074dee945540b3803987ff54439f5');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (27, 'recall_thresholds', '2daefa925565d98b670e5a927a049b22ba04f7f6650f0227d7161687fdc7135c');

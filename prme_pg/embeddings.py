@@ -61,9 +61,8 @@ DEFAULT_EMBEDDER = "wordllama"
 MAX_DIMENSIONS = 4096
 MAX_MODEL_ID_LENGTH = 200
 #: An owner's vectors go into the engine's vector index from this many on: below it, recall's
-#: exact scan of them costs at most a few ms more than the index's search, and is exact
-#: where the index misses some of the nearest (docs/RECALL.md, "Scale").
-INDEX_MIN_VECTORS = 20000
+#: exact scan of them costs about what a search of the index does (docs/RECALL.md, "Scale").
+INDEX_MIN_VECTORS = 5000
 
 #: A vector, and vectors one per row: float32, as every backend stores them.
 Vector = NDArray[np.float32]

@@ -464,6 +464,8 @@ def test_recall_of_an_indexed_owner_goes_through_the_index_and_finds_what_the_sc
     ).fetchall()
     assert moved == [("big", 150, 150), ("huge", 300, 300), ("small", 0, 20)]
     assert conn.execute("SELECT indexed FROM prme.index_embeddings('unit-16', min_vectors => 100)").fetchone() == (0,)
+    options = "SELECT reloptions FROM pg_class WHERE relname = prme._vector_index('unit-16')"
+    assert conn.execute(options).fetchone() == (["m=16", "ef_construction=200"],), "a graph that finds the nearest"
 
     after = [_recall(conn, owner, text, vector) for owner, text, vector in cases]
     assert after == before

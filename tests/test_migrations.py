@@ -1062,9 +1062,9 @@ def test_upgrading_to_recall_thresholds_answers_every_recall_as_before(pg_server
     """0027 prunes recall's candidates harder (a strength ceiling per candidate, and a
     threshold from a few candidates scored exactly): every recall, by words and by meaning,
     for every max_count and scope, with archived memories and memories of varied strength,
-    answers exactly as 0026's did, for an owner whose vectors are indexed (120: few enough
-    for either ef_search to find them all) and for one whose are scanned. index_embeddings
-    now waits for 20,000 vectors by default."""
+    answers exactly as 0026's did, for an owner whose vectors are scanned and for one whose
+    are indexed (120: few enough for the index to find the nearest exactly). The index
+    built before takes ef_construction 200 for its later inserts."""
     with filled_before(pg_server, "recall_thresholds") as (conn, every, target):
         rng = random.Random(27)
         conn.execute("SELECT prme.register_embedding_model('unit-8', 8)")
@@ -1117,5 +1117,5 @@ def test_upgrading_to_recall_thresholds_answers_every_recall_as_before(pg_server
         assert sum(map(len, before)) > 1500 and len({len(a) for a in before}) > 3, "not vacuous"
         assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
         assert answers() == before, "every recall answers as before"
-        arguments = conn.execute("SELECT pg_get_function_arguments('prme.index_embeddings'::regproc)").fetchone()
-        assert "min_vectors integer DEFAULT 20000" in arguments[0]  # type: ignore[index]
+        options = "SELECT reloptions FROM pg_class WHERE relname = prme._vector_index('unit-8')"
+        assert conn.execute(options).fetchone() == (["ef_construction=200"],), "big's index builds on with 200"

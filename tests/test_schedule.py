@@ -64,7 +64,7 @@ def test_prints_the_jobs_with_owners_as_literals(capsys: pytest.CaptureFixture[s
     # The quote is doubled by psycopg; the dollar tag is one that no owner contains.
     assert "ARRAY['alice', 'o''brien', '$cron$']::text[]" in out
     assert "$cron1$SELECT o.user_id" in out and "'0 2 * * *'" in out
-    assert "('prme-vector-index', '*/5 * * * *', $cron$SELECT indexed FROM prme.index_embeddings(NULL, 20000)" in out
+    assert "('prme-vector-index', '*/5 * * * *', $cron$SELECT indexed FROM prme.index_embeddings(NULL, 5000)" in out
 
     assert cli.main(["schedule", "--database", "prme", "--json"]) == 0
     document = capsys.readouterr().out

@@ -378,7 +378,7 @@ COMMENT ON FUNCTION prme._vector_index(text) IS
 
 CREATE FUNCTION prme.index_embeddings(
     model_id text DEFAULT NULL,
-    min_vectors integer DEFAULT 20000,
+    min_vectors integer DEFAULT 5000,
     max_count integer DEFAULT 2000
 )
 RETURNS TABLE (indexed integer)
@@ -468,10 +468,13 @@ BEGIN
 
     IF v_first AND v_indexed > 0 THEN
         -- Inner product on unit vectors is the cosine; the cast gives the column the
-        -- model's dimensions, which an HNSW index needs. Recall's query repeats it.
+        -- model's dimensions, which an HNSW index needs. Recall's query repeats it. A graph
+        -- built with pgvector's default ef_construction (64) missed most of the nearest for
+        -- some questions; with 200 its searches find them for about the same cost
+        -- (docs/RECALL.md, "Scale"), each insert costing more, in the background.
         EXECUTE format(
             'CREATE INDEX %I ON prme.node_embeddings USING hnsw ((embedding::%s.vector(%s)) %s.vector_ip_ops) '
-            'WHERE model_id = %L AND indexed',
+            'WITH (m = 16, ef_construction = 200) WHERE model_id = %L AND indexed',
             v_index, v_vectors, v_dimensions, v_vectors, index_embeddings.model_id
         );
         -- Most of the model's rows changed side at once: plan recall with that known.

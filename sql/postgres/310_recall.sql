@@ -225,7 +225,7 @@ BEGIN
                 coalesce(current_setting('hnsw.ef_search', TRUE), '40'),
                 coalesce(current_setting('hnsw.iterative_scan', TRUE), 'off')
             ];
-            PERFORM set_config('hnsw.ef_search', greatest(800, least(1000, 8 * v_wanted))::text, TRUE),
+            PERFORM set_config('hnsw.ef_search', greatest(400, least(1000, 4 * v_wanted))::text, TRUE),
                 set_config('hnsw.iterative_scan', 'strict_order', TRUE);
         ELSE
             v_closest := format(
@@ -350,44 +350,29 @@ BEGIN
             LEFT JOIN lexical AS l ON l.id = c.id
         ),
         -- The max_count-th best score is at least the max_count-th best exact score among the
-        -- few candidates with the highest score ceilings (the probe). By the index, whose
-        -- ceiling is approximate, it is taken as half the max_count-th best lower relevance
-        -- instead (a score is between half its relevance and all of it: strength is in [0, 1]),
-        -- which a cosine a little above the ceiling does not cross.
+        -- few candidates with the highest score ceilings (the probe: 2 * max_count + 10; 0
+        -- with fewer). A score above its own ceiling -- a cosine above the last of the nearest,
+        -- which the HNSW index, being approximate, may have missed -- counts as the ceiling.
         probe AS (
-            SELECT %1$s * (
+            SELECT least(b.score_ceiling, %1$s * (
                     0.5
                     + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4))
                     + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4))
-                ) AS score
-            FROM (SELECT x.* FROM bounded AS x ORDER BY x.score_ceiling DESC, x.id LIMIT $12) AS b
+                )) AS score
+            FROM (SELECT x.* FROM bounded AS x ORDER BY x.score_ceiling DESC, x.id LIMIT 2 * $7 + 10) AS b
             CROSS JOIN LATERAL (
                 SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = b.id OFFSET 0
             ) AS n
         ),
-        threshold AS (
-            SELECT CASE WHEN $12 > 0
-                THEN coalesce((SELECT p.score FROM probe AS p ORDER BY p.score DESC OFFSET $7 - 1 LIMIT 1), 0)
-                ELSE 0.5 * coalesce(
-                    (SELECT x.lower_relevance FROM bounded AS x ORDER BY x.lower_relevance DESC OFFSET $7 - 1 LIMIT 1), 0
-                )
-            END AS score
-        ),
-        -- So a candidate whose score ceiling is below it cannot be among the best: only the
-        -- others have their cosine read, by primary key,
-        finalists AS MATERIALIZED (
+        -- So a candidate whose score ceiling is below that cannot be among the best: only the
+        -- others have their cosine read and their row decayed, each by its primary key.
+        finalists AS (
             SELECT b.id, %1$s AS relevance
             FROM bounded AS b
-            WHERE b.score_ceiling >= (SELECT t.score FROM threshold AS t)
-        ),
-        -- and of those, only the ones whose relevance reaches half the max_count-th best have
-        -- their row read and decayed (the probe's threshold already holds that).
-        contenders AS (
-            SELECT f.id, f.relevance FROM finalists AS f
-            WHERE $12 > 0 OR f.relevance >= 0.5 * coalesce(
-                (SELECT x.relevance FROM finalists AS x ORDER BY x.relevance DESC OFFSET $7 - 1 LIMIT 1), 0
+            WHERE b.score_ceiling >= coalesce(
+                (SELECT p.score FROM probe AS p ORDER BY p.score DESC OFFSET $7 - 1 LIMIT 1), 0
             )
         )
         SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
@@ -407,7 +392,7 @@ BEGIN
                     prme._effective_confidence(n.confidence_base, n.decay_profile,
                         prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4)
                     ) AS effective_confidence
-                FROM contenders AS f
+                FROM finalists AS f
                 -- Each candidate by its primary key: a join would read all of the owner's rows.
                 CROSS JOIN LATERAL (
                     SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = f.id OFFSET 0
@@ -431,9 +416,7 @@ BEGIN
         ) END
     ) USING v_user_id, v_lexemes, v_scopes, v_as_of, recall.embedding_model, v_embedding, recall.max_count,
         v_nearest_ids, v_nearest_cosines, v_cosine_ceiling,
-        ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme)),
-        -- The probe: a few more than asked for, and none when the ceiling is the index's.
-        CASE WHEN v_hnsw IS NULL THEN 2 * recall.max_count + 10 ELSE 0 END;
+        ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme));
 END;
 $$;
 
