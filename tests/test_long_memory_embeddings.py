@@ -10,7 +10,12 @@ validates as before. Bad vectors for parts are refused with PR422 and change not
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +26,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from prme_pg import worker as ledger_worker
-from prme_pg.embeddings import Embedder, Vectors, load_embedder
+from prme_pg.embeddings import Embedder, Vectors, WordLlamaEmbedder, load_embedder
 from prme_pg.long_memories import (
     embed_pending_parts,
     plan_parts,
@@ -29,6 +34,7 @@ from prme_pg.long_memories import (
     use_part_embeddings,
 )
 
+from .conftest import ROOT
 from .test_ledger import USER, derived_id, node, receipt, run, submit
 
 CONTENT = " ".join(
@@ -72,6 +78,25 @@ class Recording:
         if self.refuse is not None and any(self.refuse in t for t in texts):
             raise ValueError("this model cannot embed that")
         self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+
+class Slow:
+    """The real model, a second a call: long enough to kill the worker between two batches."""
+
+    def __init__(self) -> None:
+        self.inner = WordLlamaEmbedder()  # not load_embedder: this factory runs inside it
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        time.sleep(1.0)
         return self.inner.embed(texts)
 
 
@@ -189,6 +214,46 @@ def test_an_interrupted_worker_restarts_with_the_parts_still_pending(
     assert work(db_dsn, restarted, max_parts=3) == 1
     assert restarted.texts == texts[6:], "a restart skips the parts already embedded"
     assert receipt(conn, op)["state"] == "committed"
+    found = node_vector(conn, op)
+    assert found is not None
+    np.testing.assert_allclose(np.asarray(found[1]), pool(model.embed(texts)), atol=1e-6)
+
+
+def test_a_killed_prme_pg_worker_keeps_the_parts_it_embedded_and_its_successor_skips_them(
+    conn: psycopg.Connection[Any], db_dsn: str, model: Embedder
+) -> None:
+    content = " ".join(f"part {i}: notes on the renovation of room {i}." for i in range(40))  # 360 words
+    op = submit(conn, "add_node", node(content, token_budget=3))["operation_id"]
+    texts = part_texts(content, 3)
+    assert len(texts) == 120, "two batches of 64 parts"
+    env = {**os.environ, "PRME_EMBEDDER": "tests.test_long_memory_embeddings:Slow", "PYTHONPATH": str(ROOT)}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "prme_pg.cli", "worker", "--dsn", db_dsn, "--json"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        embedded = 0
+        while embedded < 64 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE embedding_state = 'embedded') FROM prme.operation_parts"
+            ).fetchone()
+            embedded = int(row[0]) if row else 0
+        worker.send_signal(signal.SIGKILL)  # while it embeds the second batch (a second a call)
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+    assert embedded == 64, worker.stderr.read().decode() if worker.stderr else "no output"
+    assert receipt(conn, op)["state"] == "processing"
+    assert [p["embedding_state"] for p in parts(conn, op)] == ["embedded"] * 64 + ["pending"] * 56
+
+    restarted = Recording(model)
+    assert work(db_dsn, restarted, max_parts=64) == 1
+    assert restarted.texts == texts[64:], "the restarted worker embedded only the parts still pending"
     found = node_vector(conn, op)
     assert found is not None
     np.testing.assert_allclose(np.asarray(found[1]), pool(model.embed(texts)), atol=1e-6)
