@@ -7,6 +7,7 @@ Run from the repository root:
     .venv/bin/python bench/schema_cost_bench.py --workload submit --old 12 --new 12 --extra-sql FILE
     .venv/bin/python bench/schema_cost_bench.py --workload add_node_embedded   # add_node with a vector
     .venv/bin/python bench/schema_cost_bench.py --workload add_nodes --old 25 --new 26
+    .venv/bin/python bench/schema_cost_bench.py --workload long_memory --old 27 --new 28
 
 It starts a throwaway cluster (synchronous_commit off: this measures server work, not
 the disk), builds four databases -- old, new, and a second copy of each as the noise
@@ -22,7 +23,9 @@ write the row: 0.98x to 1.00x, inside the noise (docs/MAINTENANCE.md, "Scale"). 
 --workload submit, for the ledger migration ledger_fast_submit: the CHECK constraints it
 dropped, put back by --extra-sql (docs/PERFORMANCE.md). With --workload add_nodes, for
 0026_set_based_add_nodes: batches of 100 new memories with vectors (pgbench/add_nodes_fresh.sql;
-compare schemas from 24 on, where prme.add_nodes takes vectors).
+compare schemas from 24 on, where prme.add_nodes takes vectors). With --workload long_memory,
+for 0028_long_memory_part_embeddings: a long memory submitted and executed (planned into 13
+parts, validated, committed) by an executor that does not embed (pgbench/long_memory_fresh.sql).
 """
 
 from __future__ import annotations
@@ -45,12 +48,14 @@ WORKLOADS = {
     "submit": BENCH_DIR / "pgbench" / "submit_fresh.sql",
     "add_node_embedded": BENCH_DIR / "pgbench" / "add_node_embedded.sql",
     "add_nodes": BENCH_DIR / "pgbench" / "add_nodes_fresh.sql",
+    "long_memory": BENCH_DIR / "pgbench" / "long_memory_fresh.sql",
 }
 TITLES = {
     "reinforce": "prme.reinforce, fresh keys",
     "submit": "prme.submit_operation, new ids",
     "add_node_embedded": "prme.add_node with a 256-dimension vector",
     "add_nodes": "prme.add_nodes, batches of 100 new memories (rate: batches)",
+    "long_memory": "a long memory submitted and executed in 13 parts (rate: submit + executor call)",
 }
 NODES, OWNERS = 10_000, 100
 
@@ -103,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         help="reinforce: a fresh confirmation (pgbench/reinforce_fresh.sql); submit: a new ledger operation "
         "(pgbench/submit_fresh.sql; the executor's hash check is not run); add_node_embedded: a new memory "
         "with its vector (pgbench/add_node_embedded.sql); add_nodes: a batch of 100 new memories with "
-        "vectors (pgbench/add_nodes_fresh.sql)",
+        "vectors (pgbench/add_nodes_fresh.sql); long_memory: a long memory submitted and executed "
+        "(pgbench/long_memory_fresh.sql)",
     )
     args = parser.parse_args(argv)
     extra = args.extra_sql.read_text() if args.extra_sql else ""

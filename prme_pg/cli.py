@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import migrations
-from .embeddings import INDEX_MIN_VECTORS
+from .embeddings import INDEX_MIN_VECTORS, Embedder
 from .errors import InvalidInput, MigrationError, PrmeError
 from .learning import LearningQueue, LearningSync, queue_status, read_hook_document, rejected_records
 from .models import AppliedOp, MaintenancePatch
@@ -751,7 +751,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
             )
 
     with contextlib.ExitStack() as stack:
-        embed = _worker_embedding(stack, dsn, console, quiet=args.json)
+        embed, embedder = _worker_embedding(stack, dsn, console, quiet=args.json)
         finished = run_worker(
             dsn,
             worker=args.worker,
@@ -759,6 +759,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
             until_idle=args.until_idle,
             on_progress=progress,
             after_commit=embed,
+            embedder=embedder,
         )
     if args.json:
         _print_json({"finished": finished})
@@ -769,15 +770,16 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
 
 def _worker_embedding(
     stack: contextlib.ExitStack, dsn: str, console: Console, *, quiet: bool
-) -> Callable[[], object] | None:
+) -> tuple[Callable[[], object] | None, Embedder | None]:
     """What the worker runs after it commits: vectors for the memories that have none (the ledger's
-    executor writes memories in SQL, without them). None when PRME_EMBEDDER=none."""
+    executor writes memories in SQL, without them); and the embedder of long memories' parts.
+    None and None when PRME_EMBEDDER=none."""
     from .client import MemoryClient
     from .embedding_worker import embed_pending
 
     memory = stack.enter_context(MemoryClient(dsn, min_size=1, max_size=1, timeout=CONNECT_TIMEOUT))
     if memory.embedder is None:
-        return None
+        return None, None
 
     indexed_at = -INDEX_INTERVAL
 
@@ -795,7 +797,7 @@ def _worker_embedding(
             if not quiet:
                 console.print(log_line, markup=False, highlight=False)
 
-    return embed
+    return embed, memory.embedder
 
 
 def cmd_add(args: argparse.Namespace, console: Console) -> int:

@@ -50,10 +50,13 @@ CLUSTER = "prme_cluster"
 PER_SHARD = frozenset({"readiness", "ledger_status"})
 #: Functions that run on every shard.
 # Every shard: the executor, and the embedding worker's calls (a model is registered on
-# every shard; each shard lists and stores the vectors of its own owners' memories).
+# every shard; each shard lists and stores the vectors of its own owners' memories and of
+# its long memories' parts).
 ON_ALL = frozenset(
     {
         "run_operations",
+        "pending_part_embeddings",
+        "store_part_embeddings",
         "register_embedding_model",
         "pending_embeddings",
         "store_embeddings",

@@ -17,6 +17,11 @@ worker
 * reconnects after a lost connection (a batch in flight rolls back and is
   claimed again), except on the first connection, where an error is raised.
 
+Given an embedder, the worker embeds the parts of long memories before the executor
+validates them (:mod:`prme_pg.long_memories`): before each call it stores the vectors of up
+to ``max_parts`` pending parts, and its session tells the executor to wait for them, so a
+long memory is created with the pooled vector of its parts.
+
 pg_cron can call ``SELECT * FROM prme.run_operations(100, 'pg_cron')`` instead.
 
 Behind a PL/Proxy tier (docs/SCALING.md) each shard has its own ledger and its own
@@ -42,6 +47,9 @@ from types import FrameType
 from typing import Any
 
 import psycopg
+
+from .embeddings import Embedder
+from .long_memories import embed_pending_parts, use_part_embeddings
 
 __all__ = [
     "CHANNEL",
@@ -147,9 +155,11 @@ def run_batch(
 CONNECT_TIMEOUT = 5
 
 
-def _connect(dsn: str) -> psycopg.Connection[Any]:
+def _connect(dsn: str, embedder: Embedder | None = None) -> psycopg.Connection[Any]:
     conn = psycopg.connect(dsn, autocommit=True, application_name="prme-pg worker", connect_timeout=CONNECT_TIMEOUT)
     conn.execute(LISTEN_SQL)
+    if embedder is not None:
+        use_part_embeddings(conn, embedder)
     return conn
 
 
@@ -209,6 +219,7 @@ def run_worker(
     install_signal_handlers: bool = True,
     reconnect_delay: float = 1.0,
     after_commit: Callable[[], object] | None = None,
+    embedder: Embedder | None = None,
 ) -> int:
     """Run the executor until stopped; return how many operations it finished.
 
@@ -222,6 +233,8 @@ def run_worker(
     ``install_signal_handlers`` and on the main thread) ends the loop after the
     current batch. ``after_commit`` runs once at the start and after every batch that
     committed something (``prme-pg worker`` embeds the memories it wrote with it).
+    ``embedder`` embeds the parts of long memories before they are validated (up to
+    ``max_parts`` before each call), so that each is created with its parts' pooled vector.
     """
     if batch < 1 or batch > 1000:
         raise ValueError("batch must be between 1 and 1000")
@@ -230,16 +243,20 @@ def run_worker(
     stats = WorkerStats()
     active = True  # the next idle wait is the short one
     with stop_on_signals(stop, install_signal_handlers):
-        conn: psycopg.Connection[Any] | None = _connect(dsn)
+        conn: psycopg.Connection[Any] | None = _connect(dsn, embedder)
         if after_commit is not None:
             after_commit()
         try:
             while not stop.is_set():
                 try:
                     if conn is None:
-                        conn = _connect(dsn)
+                        conn = _connect(dsn, embedder)
                         stats.reconnects += 1
                         log.info("reconnected")
+                    if embedder is not None:
+                        # Each batch of part vectors is stored before the executor looks: a
+                        # restart embeds only the parts still pending.
+                        embed_pending_parts(conn, embedder, max_parts=max_parts, stop=stop)
                     result = run_batch(conn, batch=batch, worker=name, max_parts=max_parts)
                 except psycopg.OperationalError as exc:
                     # The server went away or ended this backend: whatever the batch

@@ -1119,3 +1119,71 @@ def test_upgrading_to_recall_thresholds_answers_every_recall_as_before(pg_server
         assert answers() == before, "every recall answers as before"
         options = "SELECT reloptions FROM pg_class WHERE relname = prme._vector_index('unit-8')"
         assert conn.execute(options).fetchone() == (["ef_construction=200"],), "big's index builds on with 200"
+
+
+# -- 0028_long_memory_part_embeddings: parts planned before it keep their plan and finish ------
+
+LONG_BEFORE = """
+SELECT prme.submit_operation('alice', %(op)s, 2, 'add_node', '{}', prme.payload_hash(p), p)
+FROM (SELECT jsonb_build_object('content', %(content)s::text, 'token_budget', 6)) AS v (p);
+"""
+PART_COLUMNS = (
+    "SELECT (user_id, operation_id, part_no, tokenizer, token_start, token_end, char_start, char_end, sha256, state,"
+    " planned_at, validated_at)::text FROM prme.operation_parts ORDER BY 1"
+)
+
+
+def test_upgrading_to_long_memory_part_embeddings_keeps_every_plan_and_finishes_it_with_vectors(
+    pg_server: testing.Server,
+) -> None:
+    """Parts planned (and partly validated) before 0028 keep every column and become pending;
+    after the upgrade a worker with an embedder embeds them and the memory is created with the
+    pooled vector; a memory committed before keeps its parts and gets no vector from them."""
+    import numpy as np
+
+    from prme_pg import worker as ledger_worker
+    from prme_pg.embeddings import load_embedder
+    from prme_pg.long_memories import plan_parts, pool
+
+    in_flight = " ".join(f"alice wrote note {i} about the kitchen" for i in range(6))
+    done = " ".join(f"bob planned trip {i} to Kyoto" for i in range(4))
+    with filled_before(pg_server, "long_memory_part_embeddings") as (conn, every, target):
+        conn.execute(LONG_BEFORE, {"op": "long-done", "content": done})
+        conn.execute("SELECT * FROM prme.run_operations(10, 'before', 64)")
+        conn.execute(LONG_BEFORE, {"op": "long-in-flight", "content": in_flight})
+        conn.execute("SELECT * FROM prme.run_operations(10, 'before', 2)")  # 2 of its parts validated
+        state = dict(conn.execute("SELECT operation_id, state FROM prme.operations").fetchall())
+        assert state == {"long-in-flight": "processing", "long-done": "committed"}, "not vacuous"
+        assert conn.execute("SELECT count(*) FROM prme.operation_parts WHERE state = 'validated'").fetchone() == (
+            len(plan_parts(done, 6)) + 2,
+        )
+        parts_before = [r[0] for r in conn.execute(PART_COLUMNS)]
+        before = {t: rows for t, rows in _rows(conn).items() if t != "operation_parts"}
+
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        assert [r[0] for r in conn.execute(PART_COLUMNS)] == parts_before, "every part kept as it was"
+        assert {t: rows for t, rows in _rows(conn).items() if t != "operation_parts"} == before
+        assert conn.execute("SELECT DISTINCT embedding_state FROM prme.operation_parts").fetchall() == [("pending",)]
+
+        model = load_embedder("wordllama")
+        dsn = conn.info.dsn
+        assert (
+            ledger_worker.run_worker(
+                dsn, worker="after", until_idle=True, install_signal_handlers=False, embedder=model
+            )
+            == 1
+        )
+        assert conn.execute("SELECT state FROM prme.operations WHERE operation_id = 'long-in-flight'").fetchone() == (
+            "committed",
+        )
+        row = conn.execute(
+            "SELECT n.content, e.model_id, e.embedding::real[] FROM prme.nodes AS n"
+            " JOIN prme.node_embeddings AS e ON e.user_id = n.user_id AND e.node_id = n.id"
+            " WHERE n.id = prme.derived_id('long-in-flight')"
+        ).fetchone()
+        assert row is not None and row[0] == in_flight and row[1] == model.model_id
+        expected = pool(model.embed([in_flight[a:b] for a, b in plan_parts(in_flight, 6)]))
+        np.testing.assert_allclose(np.asarray(row[2], dtype=np.float32), expected, atol=1e-6)
+        assert conn.execute(
+            "SELECT embedding_state, count(*) FROM prme.operation_parts GROUP BY 1 ORDER BY 1"
+        ).fetchall() == [("embedded", len(plan_parts(in_flight, 6))), ("pending", len(plan_parts(done, 6)))]

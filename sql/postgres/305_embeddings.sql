@@ -243,6 +243,61 @@ COMMENT ON FUNCTION prme.pending_embeddings(text, integer, boolean, text, uuid) 
 REVOKE ALL ON FUNCTION prme.pending_embeddings(text, integer, boolean, text, uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.pending_embeddings(text, integer, boolean, text, uuid) TO prme_app;
 
+CREATE FUNCTION prme._embedding_batch_dimensions(
+    model_id text,
+    item_count integer,
+    embeddings real[],
+    errors text[],
+    item text
+)
+RETURNS integer
+LANGUAGE plpgsql
+STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_dimensions integer;
+BEGIN
+    SELECT m.dimensions INTO v_dimensions
+    FROM prme.embedding_models AS m
+    WHERE m.user_id = '*' AND m.model_id = _embedding_batch_dimensions.model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('unknown embedding model %s', quote_literal(left(model_id, 200))),
+            HINT = 'register it first with prme.register_embedding_model(model_id, dimensions)';
+    END IF;
+    IF item_count = 0 THEN
+        RETURN v_dimensions;
+    END IF;
+    IF errors IS NOT NULL AND cardinality(errors) <> item_count THEN
+        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = format('errors must have one entry per %s', item);
+    END IF;
+    -- embeddings holds the vectors one after another, the model's dimensions each (a
+    -- flat array: a row is a slice of it, read without copying the rest).
+    IF array_ndims(embeddings) IS DISTINCT FROM 1 OR cardinality(embeddings) <> item_count * v_dimensions THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = format('embeddings must hold %s vectors of %s numbers, one after another', item_count, v_dimensions),
+            DETAIL = format('got %s numbers', coalesce(cardinality(embeddings), 0));
+    END IF;
+    -- Containment and array_position instead of unnest: four times faster over a batch's
+    -- 256,000 numbers (bench/proposals/05_store_embeddings_check.sql); NaN equals NaN here.
+    IF embeddings @> ARRAY['NaN'::real]
+       OR embeddings @> ARRAY['Infinity'::real]
+       OR embeddings @> ARRAY['-Infinity'::real]
+       OR array_position(embeddings, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422', MESSAGE = 'embeddings must hold finite numbers (no NULL, NaN or infinity)';
+    END IF;
+    RETURN v_dimensions;
+END;
+$$;
+
+COMMENT ON FUNCTION prme._embedding_batch_dimensions(text, integer, real[], text[], text) IS
+'Internal: the dimensions of model_id when embeddings holds item_count of its vectors one after another, all '
+'finite, and errors (if given) one entry per item; PR422 otherwise, naming item. For the batch writers of vectors.';
+
 CREATE FUNCTION prme.store_embeddings(
     model_id text,
     user_ids text[],
@@ -267,39 +322,12 @@ BEGIN
     IF coalesce(cardinality(store_embeddings.user_ids), 0) <> v_count THEN
         RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'user_ids and node_ids must have the same length';
     END IF;
-    SELECT m.dimensions INTO v_dimensions
-    FROM prme.embedding_models AS m
-    WHERE m.user_id = '*' AND m.model_id = store_embeddings.model_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = format('unknown embedding model %s', quote_literal(left(store_embeddings.model_id, 200))),
-            HINT = 'register it first with prme.register_embedding_model(model_id, dimensions)';
-    END IF;
+    v_dimensions := prme._embedding_batch_dimensions(
+        store_embeddings.model_id, v_count, store_embeddings.embeddings, store_embeddings.errors, 'node_id'
+    );
     IF v_count = 0 THEN
         RETURN QUERY SELECT 0;
         RETURN;
-    END IF;
-    IF store_embeddings.errors IS NOT NULL AND cardinality(store_embeddings.errors) <> v_count THEN
-        RAISE EXCEPTION USING ERRCODE = 'PR422', MESSAGE = 'errors must have one entry per node_id';
-    END IF;
-    -- embeddings holds the vectors one after another, the model's dimensions each (a
-    -- flat array: a row is a slice of it, read without copying the rest).
-    IF array_ndims(store_embeddings.embeddings) <> 1
-       OR cardinality(store_embeddings.embeddings) <> v_count * v_dimensions THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422',
-            MESSAGE = format('embeddings must hold %s vectors of %s numbers, one after another', v_count, v_dimensions),
-            DETAIL = format('got %s numbers', coalesce(cardinality(store_embeddings.embeddings), 0));
-    END IF;
-    -- Containment and array_position instead of unnest: four times faster over a batch's
-    -- 256,000 numbers (bench/proposals/05_store_embeddings_check.sql); NaN equals NaN here.
-    IF store_embeddings.embeddings @> ARRAY['NaN'::real]
-       OR store_embeddings.embeddings @> ARRAY['Infinity'::real]
-       OR store_embeddings.embeddings @> ARRAY['-Infinity'::real]
-       OR array_position(store_embeddings.embeddings, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION USING
-            ERRCODE = 'PR422', MESSAGE = 'embeddings must hold finite numbers (no NULL, NaN or infinity)';
     END IF;
 
     -- A vector replaces a recorded failure; an existing vector is kept (the content it

@@ -248,6 +248,8 @@ DECLARE
     v_budget integer;
     v_number numeric;
     v_step record;
+    v_embedding real[];
+    v_embedding_model text;
     v_node prme.node_view;
     v_event prme.events;
     v_outcome prme.outcome_view;
@@ -308,6 +310,8 @@ BEGIN
                     RETURN;  -- result stays NULL: more parts to go
                 END IF;
                 v_content := v_step.content_out;
+                v_embedding := v_step.embedding;
+                v_embedding_model := v_step.embedding_model;
             END IF;
             v_node := prme.add_node(
                 user_id => op.user_id,
@@ -320,7 +324,9 @@ BEGIN
                 stability => coalesce(prme._payload_text(v_payload, 'stability'), 'low'),
                 decay_profile => coalesce(prme._payload_text(v_payload, 'decay_profile'), 'medium'),
                 next_review_at => prme._payload_time(v_payload, 'next_review_at'),
-                node_id => prme.derived_id(op.operation_id)
+                node_id => prme.derived_id(op.operation_id),
+                embedding => v_embedding,
+                embedding_model => v_embedding_model
             );
             result := jsonb_build_object('node_id', v_node.id, 'node_version', v_node.version);
             IF progress IS NOT NULL THEN
@@ -399,7 +405,8 @@ $$;
 
 COMMENT ON FUNCTION prme._apply_operation(prme.operations, integer) IS
 'Internal: applies one operation through the API functions and returns its result, or NULL while a long '
-'memory still has parts to validate (parts_used: validated by this call; progress: parts and parts_validated).';
+'memory still has parts to validate (parts_used: validated by this call; progress: parts and parts_validated). A '
+'long memory whose parts all have vectors by one model is created with their pooled vector.';
 
 CREATE FUNCTION prme._release_dependents(op prme.operations)
 RETURNS void
@@ -545,6 +552,12 @@ BEGIN
     FROM prme.operations AS o
     WHERE o.user_id = _execute_operation.user_id AND o.operation_id = _execute_operation.operation_id;
     IF NOT FOUND OR v_op.state NOT IN ('accepted', 'processing', 'blocked') THEN
+        outcome := 'skipped';
+        RETURN;
+    END IF;
+    -- A long memory in progress whose next parts still wait for their vectors: nothing
+    -- to do until the worker has embedded them (450_long_memories.sql).
+    IF v_op.state = 'processing' AND prme._parts_await_embedding(v_op) THEN
         outcome := 'skipped';
         RETURN;
     END IF;
@@ -754,7 +767,8 @@ $$;
 COMMENT ON FUNCTION prme._execute_operation(text, text, text, integer) IS
 'Internal: one step of one claimed operation: on the first look check its payload_hash (reject a mismatch), '
 'check its dependencies (block, reject or go on; a blocked one at the end of its dependency wait), apply it, '
-'and record the outcome (committed, blocked, rejected, progress or skipped).';
+'and record the outcome (committed, blocked, rejected, progress or skipped; skipped, writing nothing, also for a '
+'long memory whose next parts await their vectors).';
 
 CREATE FUNCTION prme._operation_failed(
     user_id text,

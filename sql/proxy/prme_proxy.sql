@@ -683,14 +683,14 @@ REVOKE ALL ON FUNCTION prme.operation_events(text,bigint,text,integer) FROM publ
 GRANT EXECUTE ON FUNCTION prme.operation_events(text,bigint,text,integer) TO prme_app;
 
 CREATE FUNCTION prme.operation_parts(user_id text, operation_id text)
-RETURNS TABLE(part_no integer, tokenizer text, token_start integer, token_end integer, char_start integer, char_end integer, sha256 text, state text, planned_at timestamp with time zone, validated_at timestamp with time zone)
+RETURNS TABLE(part_no integer, tokenizer text, token_start integer, token_end integer, char_start integer, char_end integer, sha256 text, state text, planned_at timestamp with time zone, validated_at timestamp with time zone, embedding_state text, embedding_model text, embedding_error text, embedded_at timestamp with time zone)
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
 COMMENT ON FUNCTION prme.operation_parts(text,text) IS
-'The stored plan of a long add_node or add_memory operation of user_id: its parts in order, with token and character ranges, hash and state. No rows for an operation that was not planned; PR404 for an unknown operation.';
+'The stored plan of a long add_node or add_memory operation of user_id: its parts in order, with token and character ranges, hash, state and embedding state (pending, embedded by embedding_model, or failed with embedding_error). No rows for an operation that was not planned; PR404 for an unknown operation.';
 REVOKE ALL ON FUNCTION prme.operation_parts(text,text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.operation_parts(text,text) TO prme_app;
 
@@ -729,6 +729,18 @@ COMMENT ON FUNCTION prme.pending_embeddings(text,integer,boolean,text,uuid) IS
 'Memories of every owner that recall may return and that have no embedding by model_id yet (with retry_failed, also those whose last attempt failed), at most max_count, in (user_id, node_id) order after (after_user_id, after_node_id) when given. For the embedding worker.';
 REVOKE ALL ON FUNCTION prme.pending_embeddings(text,integer,boolean,text,uuid) FROM public;
 GRANT EXECUTE ON FUNCTION prme.pending_embeddings(text,integer,boolean,text,uuid) TO prme_app;
+
+CREATE FUNCTION prme.pending_part_embeddings(max_count integer DEFAULT 64)
+RETURNS TABLE(user_id text, operation_id text, part_no integer, content text)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION prme.pending_part_embeddings(integer) IS
+'The pending parts (no vector, no recorded failure) of the long memories in progress of every owner, at most max_count, with their text: what an executor that embeds parts embeds before it validates them. For prme-pg worker.';
+REVOKE ALL ON FUNCTION prme.pending_part_embeddings(integer) FROM public;
+GRANT EXECUTE ON FUNCTION prme.pending_part_embeddings(integer) TO prme_app;
 
 CREATE FUNCTION prme.publish_snapshot(user_id text, scope text, max_items integer DEFAULT 100, max_bytes integer DEFAULT 65536, expected_generation_id text DEFAULT NULL::text)
 RETURNS TABLE(generation_id text, seq bigint, previous_generation_id text, item_count integer, byte_size integer, advanced boolean)
@@ -909,6 +921,18 @@ COMMENT ON FUNCTION prme.store_embeddings(text,text[],uuid[],real[],text[]) IS
 'Stores a batch of embeddings by model_id (embeddings: the vectors one after another, the model''s dimensions each), or per node the error of a failed attempt (errors[i] not NULL; its vector is then ignored). Keeps a vector already stored; skips missing memories. Returns the rows written (a set of one row: the PL/Proxy tier sends a batch to every shard, each stores its own owners'' memories). For the embedding worker.';
 REVOKE ALL ON FUNCTION prme.store_embeddings(text,text[],uuid[],real[],text[]) FROM public;
 GRANT EXECUTE ON FUNCTION prme.store_embeddings(text,text[],uuid[],real[],text[]) TO prme_app;
+
+CREATE FUNCTION prme.store_part_embeddings(model_id text, user_ids text[], operation_ids text[], part_nos integer[], embeddings real[], errors text[] DEFAULT NULL::text[])
+RETURNS TABLE(stored integer)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION prme.store_part_embeddings(text,text[],text[],integer[],real[],text[]) IS
+'Stores the vectors by model_id of parts of long memories (embeddings: one after another, the model''s dimensions each), or per part the error of a failed attempt (errors[i] not NULL). Writes pending parts only (a part keeps what was stored first); skips missing parts. A vector of the wrong size, or NULL, NaN or infinite numbers: PR422, nothing stored. Returns the parts written (a set of one row, as prme.store_embeddings). For prme-pg worker.';
+REVOKE ALL ON FUNCTION prme.store_part_embeddings(text,text[],text[],integer[],real[],text[]) FROM public;
+GRANT EXECUTE ON FUNCTION prme.store_part_embeddings(text,text[],text[],integer[],real[],text[]) TO prme_app;
 
 CREATE FUNCTION prme.submit_operation(user_id text, operation_id text, schema_version integer, kind text, dependencies text[], payload_hash text, payload jsonb)
 RETURNS prme.operation_receipt

@@ -152,6 +152,8 @@ SAMPLES: dict[tuple[str, str], Any] = {
     ("model_id", "text"): "test-model-3",
     ("dimensions", "integer"): 3,
     ("user_ids", "text[]"): [],
+    ("operation_ids", "text[]"): [],
+    ("part_nos", "integer[]"): [],
     ("embeddings", "real[]"): [],
 }
 
