@@ -1,5 +1,5 @@
 """find_nodes (sql/postgres/315_find_nodes.sql): the reviewer's search over the pack's memories in
-every lifecycle state."""
+every lifecycle state, by words and, given a query vector, meaning."""
 
 from __future__ import annotations
 
@@ -12,11 +12,16 @@ from ...models import Node
 from ...validation import valid_user_id
 from .. import FindNodes
 from .connection import PackConnection
+from .embeddings import valid_embedding
+from .recall import _query_facts
 from .rows import _NODE_COLUMNS, _NODE_NAMES, _node_from_values
 from .validation import _MAX_TEXT_BYTES, _STABILITIES, _no_nul, _valid_scopes
 
 # prme.find_nodes: the owner's memories in any lifecycle state, filtered; with words, the
 # ones having any of them, most of the query's words first; then the newest change first.
+# With a query vector also the max_count nearest by meaning among the memories the filters
+# keep (inner products of unit vectors: the cosine), and between the number of words and the
+# newest change, the closest first (a memory without a vector last).
 _FIND_FILTERS = (
     "n.user_id = $user_id "
     "AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope)) "
@@ -34,6 +39,32 @@ FIND_WORDS = (
     f") AS m JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id WHERE {_FIND_FILTERS} "
     "ORDER BY m.shared DESC, n.updated_at DESC, n.id LIMIT $max_count"
 )
+FIND_HYBRID = f"""
+WITH matched AS (
+    SELECT w.node_id AS id, count(*) AS shared FROM prme.node_words AS w
+    WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) GROUP BY w.node_id
+),
+scores AS MATERIALIZED (
+    SELECT e.node_id AS id, list_inner_product(e.embedding, CAST($vector AS FLOAT [])) AS cosine
+    FROM prme.node_embeddings AS e
+    WHERE e.user_id = $user_id AND e.model_id = $model_id AND e.embedding IS NOT NULL
+),
+nearest AS (
+    SELECT s.id FROM scores AS s JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = s.id
+    WHERE {_FIND_FILTERS}
+    ORDER BY s.cosine DESC, s.id
+    LIMIT $max_count
+),
+candidates AS (SELECT id FROM matched UNION SELECT id FROM nearest)
+SELECT {", ".join("n." + c for c in _NODE_NAMES)}
+FROM candidates AS c
+JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = c.id
+LEFT JOIN matched AS m ON m.id = c.id
+LEFT JOIN scores AS s ON s.id = c.id
+WHERE {_FIND_FILTERS}
+ORDER BY coalesce(m.shared, 0) DESC, s.cosine DESC NULLS LAST, n.updated_at DESC, n.id
+LIMIT $max_count
+"""
 _LIFECYCLE_STATES = ("active", "contested", "superseded", "deprecated", "archived")
 
 
@@ -68,16 +99,25 @@ class FindNodesOperations(PackConnection):
             "max_count": request.max_count,
         }
 
+        blank = query is None or query.strip(" \t\n\r\f\v") == ""
+
         def work(con: duckdb.DuckDBPyConnection) -> list[Node]:
-            if query is None or query.strip(" \t\n\r\f\v") == "":
-                return [_node_from_values(row) for row in con.execute(FIND_ALL, params).fetchall()]
-            found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
-            words = found[0] if found is not None else []
-            if len(words) > 1024:
-                raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
-            if not words:
-                return []  # only stop words and punctuation: nothing can match
-            rows = con.execute(FIND_WORDS, {**params, "words": words}).fetchall()
+            model_id = request.embedding_model
+            # As recall: a model no memory has a vector of yet is not registered (dimensions
+            # None): nothing to compare, so words.
+            words, dimensions = ([], None) if blank and model_id is None else _query_facts(con, query, blank, model_id)
+            vector = None
+            if model_id is None or dimensions is not None:
+                vector = valid_embedding(con, model_id, request.query_embedding, dimensions)
+            if blank:
+                rows = con.execute(FIND_ALL, params).fetchall()
+            elif vector is not None:
+                hybrid = {**params, "words": words, "model_id": model_id, "vector": vector.tolist()}
+                rows = con.execute(FIND_HYBRID, hybrid).fetchall()
+            elif words:
+                rows = con.execute(FIND_WORDS, {**params, "words": words}).fetchall()
+            else:
+                return []  # only stop words and punctuation, and no vector: nothing can match
             return [_node_from_values(row) for row in rows]
 
         return self.read(work)
