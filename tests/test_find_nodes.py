@@ -1,7 +1,8 @@
 """The review search by words and meaning (prme.find_nodes, migration 0029; issue 31, item 4).
 
-A question in other words finds its memory on both engines, in every lifecycle state, through
-the sync and async clients and HTTP (tests/test_console.py: the console's search). The order
+A question in other words finds its memory on both engines (and behind PL/Proxy), in every
+lifecycle state, through the sync and async clients and HTTP (tests/test_console.py: the
+console's search). The order
 is the documented one (docs/RECALL.md, "The review search"): the number of the query's words
 first, then closeness in meaning, then the newest change; computed here from the engine's
 words and the embedder's vectors and compared with both engines'.
@@ -22,7 +23,7 @@ import pytest
 from prme_pg import AsyncMemoryClient, InvalidInput, MemoryClient, Node
 from prme_pg.embeddings import default_embedder
 
-from .conformance_backends import Engine, engine_fixture  # noqa: F401
+from .conformance_backends import Engine, engine_with_proxy_fixture  # noqa: F401
 from .live_server import serve
 from .test_embeddings import without_pgvector  # noqa: F401
 
