@@ -94,8 +94,7 @@ BEGIN
     IF v_embedding IS NOT NULL AND v_vectors IS NOT NULL THEN
         -- Words and meaning. The nearest are found by a scan of the owner's vectors of the
         -- model (exact; the HNSW index's search is recall's), joined to their memories only
-        -- when a filter must be tested. Each candidate's row and vector are then read by
-        -- primary key. pgvector's operator is qualified with its schema.
+        -- when a filter must be tested. pgvector's operator is qualified with its schema.
         RETURN QUERY EXECUTE format(
             $sql$
             WITH
@@ -112,7 +111,7 @@ BEGIN
                 WHERE m.user_id = $1
             ),
             nearest AS MATERIALIZED (
-                SELECT v.node_id AS id
+                SELECT v.node_id AS id, v.embedding OPERATOR(%1$s.<#>) $8::%1$s.vector AS distance
                 FROM prme.node_embeddings AS v
                 WHERE v.user_id = $1 AND v.model_id = $7 AND v.embedding IS NOT NULL
                   AND ($3 IS NULL AND $4 IS NULL AND $5 IS NULL OR EXISTS (
@@ -122,29 +121,33 @@ BEGIN
                         AND ($4 IS NULL OR n.stability = ANY ($4))
                         AND ($5 IS NULL OR n.lifecycle_state = ANY ($5))
                   ))
-                ORDER BY v.embedding OPERATOR(%1$s.<#>) $8::%1$s.vector, v.node_id
+                ORDER BY distance, v.node_id
                 LIMIT $6
             ),
             candidates AS (
-                SELECT c.id, max(c.shared) AS shared
-                FROM (SELECT m.id, m.shared FROM matched AS m UNION ALL SELECT s.id, 0 FROM nearest AS s) AS c
-                GROUP BY c.id
-            )
-            SELECT (prme._node_view(r.node, FALSE)).*
-            FROM (
-                SELECT x.node, c.shared, (x.node).updated_at, c.id, (
+                SELECT coalesce(m.id, s.id) AS id, coalesce(m.shared, 0) AS shared, s.distance
+                FROM matched AS m FULL JOIN nearest AS s ON s.id = m.id
+            ),
+            -- Ranked by what decides the order; a word match not among the nearest has its
+            -- vector read by primary key, and only the max_count best have their whole row read.
+            best AS MATERIALIZED (
+                SELECT c.id, c.shared, x.updated_at, coalesce(c.distance, (
                     SELECT v.embedding OPERATOR(%1$s.<#>) $8::%1$s.vector FROM prme.node_embeddings AS v
                     WHERE v.user_id = $1 AND v.model_id = $7 AND v.node_id = c.id AND v.embedding IS NOT NULL
-                ) AS distance
+                )) AS distance
                 FROM candidates AS c
-                -- Each candidate by its primary key: a join would read all of the owner's rows.
                 CROSS JOIN LATERAL (
-                    SELECT m AS node FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = c.id OFFSET 0
+                    SELECT n.updated_at FROM prme.nodes AS n WHERE n.user_id = $1 AND n.id = c.id OFFSET 0
                 ) AS x
-                ORDER BY c.shared DESC, distance NULLS LAST, (x.node).updated_at DESC, c.id
+                ORDER BY c.shared DESC, distance NULLS LAST, x.updated_at DESC, c.id
                 LIMIT $6
-            ) AS r
-            ORDER BY r.shared DESC, r.distance NULLS LAST, r.updated_at DESC, r.id
+            )
+            SELECT (prme._node_view(x.node, FALSE)).*
+            FROM best AS b
+            CROSS JOIN LATERAL (
+                SELECT n AS node FROM prme.nodes AS n WHERE n.user_id = $1 AND n.id = b.id OFFSET 0
+            ) AS x
+            ORDER BY b.shared DESC, b.distance NULLS LAST, b.updated_at DESC, b.id
             $sql$,
             v_vectors
         ) USING v_user_id, v_lexemes, v_scopes, find_nodes.stabilities, find_nodes.lifecycle_states,
