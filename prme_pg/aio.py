@@ -479,16 +479,23 @@ class AsyncMemoryClient:
         stabilities: str | Iterable[str] | None = None,
         lifecycle_states: str | Iterable[str] | None = None,
         max_count: int = 50,
+        query_embedding: Iterable[float] | None = None,
+        by_meaning: bool = True,
     ) -> list[Node]:
         """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``).
 
-        ``query`` matches words as recall does (``None`` or blank: every memory); the
-        filters (``None`` = any) narrow; most query words first, then newest change
-        first; ``max_count`` is 1..1000.
+        ``query`` matches words as recall does and, with the client's embedder, meaning: the
+        ``max_count`` memories nearest to the embedded query join those sharing a word
+        (``query_embedding``, a vector by that model, is used as given; ``by_meaning=False``:
+        words alone). ``None`` or blank: every memory. The filters (``None`` = any) narrow.
+        Most query words first, then closest by meaning, then newest change first;
+        ``max_count`` is 1..1000.
         """
-        return await self._backend.execute(
-            find_nodes_request(query, user_id, scopes, stabilities, lifecycle_states, max_count)
-        )
+        request = find_nodes_request(query, user_id, scopes, stabilities, lifecycle_states, max_count)
+        embedder = await self._loaded_embedder() if by_meaning else None
+        # Embedding the question is CPU work: in a thread, off the event loop.
+        searched = await asyncio.to_thread(self._embeddings.by_meaning, request, embedder, query_embedding, by_meaning)
+        return await self._backend.execute(searched)
 
     async def publish_snapshot(
         self,

@@ -459,6 +459,19 @@ class ClientEmbeddings:
         vectors: Vector = embed_texts(embedder, [query])
         return cast(Vector, vectors[0])
 
+    def by_meaning(
+        self, request: FindNodes, embedder: Embedder | None, query_embedding: object, by_meaning: bool
+    ) -> FindNodes:
+        """``request`` with the question's vector by ``embedder`` (``query_embedding`` checked, or
+        the query embedded); unchanged without an embedder, where a given vector is refused."""
+        if embedder is None:
+            if query_embedding is not None:
+                raise no_embedder("query_embedding") if by_meaning else words_only("query_embedding")
+            return request
+        vector = self.query_vector(embedder, request.query, query_embedding)
+        model = None if vector is None else embedder.model_id
+        return dataclasses.replace(request, query_embedding=vector, embedding_model=model)
+
 
 def _embeddable(text: object) -> bool:
     """Text the engine would take: a str of valid UTF-8 (no lone surrogate), no NUL, at most 64 KiB."""
@@ -472,6 +485,10 @@ def _embeddable(text: object) -> bool:
 
 def no_embedder(argument: str) -> InvalidInput:
     return InvalidInput(f"{argument} needs an embedder (its model names the vector): this client has none")
+
+
+def words_only(argument: str) -> InvalidInput:
+    return InvalidInput(f"{argument} is a search by meaning: pass it without by_meaning=False")
 
 
 def assemble_prompt_request(scopes: str | Iterable[str], user_id: str, budget_bytes: int) -> AssemblePrompt:
@@ -985,16 +1002,21 @@ class MemoryClient:
         stabilities: str | Iterable[str] | None = None,
         lifecycle_states: str | Iterable[str] | None = None,
         max_count: int = 50,
+        query_embedding: Iterable[float] | None = None,
+        by_meaning: bool = True,
     ) -> list[Node]:
         """Memories of ``user_id`` in any lifecycle state for review (``prme.find_nodes``).
 
-        ``query`` matches words as recall does (``None`` or blank: every memory); the
-        filters (``None`` = any) narrow; most query words first, then newest change
-        first; ``max_count`` is 1..1000.
+        ``query`` matches words as recall does and, with the client's embedder, meaning: the
+        ``max_count`` memories nearest to the embedded query join those sharing a word
+        (``query_embedding``, a vector by that model, is used as given; ``by_meaning=False``:
+        words alone). ``None`` or blank: every memory. The filters (``None`` = any) narrow.
+        Most query words first, then closest by meaning, then newest change first;
+        ``max_count`` is 1..1000.
         """
-        return self._backend.execute(
-            find_nodes_request(query, user_id, scopes, stabilities, lifecycle_states, max_count)
-        )
+        request = find_nodes_request(query, user_id, scopes, stabilities, lifecycle_states, max_count)
+        embedder = self.embedder if by_meaning else None
+        return self._backend.execute(self._embeddings.by_meaning(request, embedder, query_embedding, by_meaning))
 
     def publish_snapshot(
         self,

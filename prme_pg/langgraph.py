@@ -519,8 +519,15 @@ class _Logic:
     # reads
 
     def _versions(self, owner: str, ref: str, states: Sequence[str] | None) -> Plan:
+        # The key's word alone: memories near it by meaning are other keys.
         nodes: list[Node] = yield _call(
-            "find_nodes", ref, user_id=owner, scopes=[self.node_namespace], lifecycle_states=states, max_count=_PAGE
+            "find_nodes",
+            ref,
+            user_id=owner,
+            scopes=[self.node_namespace],
+            lifecycle_states=states,
+            max_count=_PAGE,
+            by_meaning=False,
         )
         versions = [v for n in nodes if n.namespace == self.node_namespace and (v := version_of(n)) is not None]
         return versions, len(nodes) >= _PAGE

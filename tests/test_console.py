@@ -215,8 +215,9 @@ def test_search_filters_and_never_truncates_ids(page: Page, site: Site) -> None:
     page.keyboard.type("tabs")
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/ui/memories\?q=tabs$"))
-    expect(rows).to_have_count(1)
+    # The word's match first; alice's other memories follow by meaning.
     expect(rows.first.get_by_role("link")).to_have_text("Prefers tabs over spaces")
+    expect(rows).to_have_count(4)
     # The whole id is shown, and the copy button says which id it copies.
     tabs = str(site.ids["tabs"])
     expect(rows.first.locator("code.id")).to_have_text(tabs)
@@ -239,6 +240,21 @@ def test_search_filters_and_never_truncates_ids(page: Page, site: Site) -> None:
     assert page.evaluate("document.activeElement.textContent") == rows.first.get_by_role("link").inner_text()
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/ui/memories/[0-9a-f-]{36}$"))
+
+
+def test_search_finds_a_memory_asked_for_in_other_words(page: Page, site: Site) -> None:
+    """The search embeds the question (the server's embedder): "which text editor" shares no
+    word with "Uses vim for every edit", yet finds it first."""
+    sign_in(page, site.alice)
+    rows = page.locator("#memory-results tbody tr")
+    expect(rows).to_have_count(4)
+    page.get_by_label("Search", exact=True).fill("which text editor")
+    page.get_by_role("button", name="Search").click()
+    expect(page).to_have_url(re.compile(r"/ui/memories\?q=which\+text\+editor$"))
+    expect(rows.first.get_by_role("link")).to_have_text("Uses vim for every edit")
+    page.goto("/ui/memories?q=hot+beverage&lifecycle_state=active")
+    expect(rows.first.get_by_role("link")).to_have_text("Drinks green tea in the morning")
+    assert site.ids["bob"].hex not in page.content().replace("-", "")
 
 
 def test_a_memory_shows_its_chart_timeline_outcomes_and_evidence(page: Page, site: Site) -> None:

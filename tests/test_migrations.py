@@ -1187,3 +1187,59 @@ def test_upgrading_to_long_memory_part_embeddings_keeps_every_plan_and_finishes_
         assert conn.execute(
             "SELECT embedding_state, count(*) FROM prme.operation_parts GROUP BY 1 ORDER BY 1"
         ).fetchall() == [("embedded", len(plan_parts(in_flight, 6))), ("pending", len(plan_parts(done, 6)))]
+
+
+# -- 0029_find_nodes_by_meaning: the review search by words answers as before -----------------
+
+
+def test_upgrading_to_find_nodes_by_meaning_keeps_every_row_and_every_answer_by_words(
+    pg_server: testing.Server,
+) -> None:
+    """0029 replaces prme.find_nodes with a signature that takes a query vector: every row is
+    kept, every search by words (the old call, by name) answers as before, and a query vector
+    then finds a memory that shares no word with the query."""
+    with filled_before(pg_server, "find_nodes_by_meaning") as (conn, every, target):
+        rng = random.Random(29)
+        conn.execute("SELECT prme.register_embedding_model('unit-8', 8)")
+        topics = ["tea", "trains", "rivers"]
+        for i in range(30):
+            vector = [rng.uniform(-1, 1) for _ in range(8)]
+            norm = sum(x * x for x in vector) ** 0.5
+            conn.execute(
+                "SELECT prme.add_node('dora', %s, embedding => %s::real[], embedding_model => 'unit-8')",
+                [f"dora note {i} about {topics[i % 3]}", [x / norm for x in vector]],
+            )
+        conn.execute(
+            "SELECT prme.archive_node('dora', id) FROM prme.nodes WHERE user_id = 'dora' AND content LIKE '%%rivers'"
+        )
+        find = (
+            "SELECT id, lifecycle_state, version FROM prme.find_nodes(user_id => %s, query => %s, "
+            "lifecycle_states => %s::text[], max_count => %s)"
+        )
+
+        def answers() -> list[Any]:
+            return [
+                conn.execute(find, [owner, words, states, count]).fetchall()
+                for owner in ("dora", "alice")
+                for words in ("tea", "dora trains", "nothing shared", None)
+                for states in (None, ["archived"])
+                for count in (5, 50)
+            ]
+
+        before_rows, before_answers = _rows(conn), answers()
+        assert sum(map(len, before_answers)) > 100, "not vacuous"
+
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+
+        assert _rows(conn) == before_rows, "every row kept as it was"
+        assert answers() == before_answers, "every search by words answers as before"
+        # One stored vector as the query: its memory is found by meaning, sharing no word.
+        node_id, vector = conn.execute(
+            "SELECT node_id, embedding::text FROM prme.node_embeddings WHERE user_id = 'dora' ORDER BY node_id LIMIT 1"
+        ).fetchone()
+        found = conn.execute(
+            "SELECT id FROM prme.find_nodes('dora', 'nothing shared', query_embedding => %s::real[], "
+            "embedding_model => 'unit-8', max_count => 1)",
+            [vector.replace("[", "{").replace("]", "}")],
+        ).fetchall()
+        assert found == [(node_id,)]

@@ -109,7 +109,8 @@ def test_node_outcomes_newest_first_and_the_pack_refuses(db_dsn: str, tmp_path: 
 
 
 def test_find_nodes_matches_like_recall_in_every_state_and_filters(db_dsn: str) -> None:
-    with MemoryClient(db_dsn) as memory:
+    # By words alone (no embedder): tests/test_find_nodes.py adds meaning.
+    with MemoryClient(db_dsn, embedder=False) as memory:
         tea = memory.add_node("Drinks green tea in the morning", user_id=ALICE, stability="stable")
         coffee = memory.add_node("Drinks coffee at work", user_id=ALICE, scope="work")
         archived = memory.add_node("Drank black tea years ago", user_id=ALICE)
@@ -166,7 +167,7 @@ def test_upgrading_from_0009_keeps_everything_and_reads_old_memories(pg_server: 
             before = sorted(conn.execute(dump.encode()).fetchall())
             assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= 10])] == [10]
             assert sorted(conn.execute(dump.encode()).fetchall()) == before
-        with MemoryClient(dsn) as memory:
+        with MemoryClient(dsn, embedder=False) as memory:  # 0010's find_nodes takes no vector
             records, head = memory.node_journal(node.id, user_id=ALICE)
             assert verify_records(records, [head]) == [] and len(records) == 2
             assert [e.id for e in memory.node_evidence(node.id, user_id=ALICE)] == [event.id]
@@ -234,7 +235,8 @@ def test_http_review_reads_are_the_owners_only_and_bounded(api: Api) -> None:
         memory.add_node("Drinks tea too", user_id=BOB)
     with api.client(api.alice) as http:
         found = http.get("/v1/nodes", params={"q": "tea"}).json()["nodes"]
-        assert [n["content"] for n in found] == ["Drinks tea"]
+        # The word's match first, then the owner's other memory by meaning; never bob's.
+        assert [n["content"] for n in found] == ["Drinks tea", "Drinks coffee"]
         stable = http.get("/v1/nodes", params={"stability": "stable"}).json()["nodes"]
         assert [n["id"] for n in stable] == [str(node.id)]
         either = http.get("/v1/nodes", params=[("stability", "stable"), ("stability", "low"), ("limit", "1")])

@@ -259,7 +259,8 @@ class ListNodeOutcomes(Request[list[Outcome]]):
 
 @dataclass(frozen=True, slots=True)
 class FindNodes(Request[list[Node]]):
-    """Memories in any lifecycle state by recall's word matching and filters."""
+    """Memories in any lifecycle state by recall's word matching, meaning when a query vector
+    is given, and filters."""
 
     user_id: str
     query: str | None
@@ -267,6 +268,8 @@ class FindNodes(Request[list[Node]]):
     stabilities: tuple[str, ...] | None
     lifecycle_states: tuple[str, ...] | None
     max_count: int
+    query_embedding: Vector | None = field(default=None, hash=False, repr=False, compare=False)
+    embedding_model: str | None = None
 
 
 def recall_hit(row: Sequence[Any]) -> RecallHit:

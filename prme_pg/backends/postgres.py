@@ -269,6 +269,12 @@ FIND_NODES: LiteralString = (
     "stabilities => %(stabilities)s::text[], lifecycle_states => %(lifecycle_states)s::text[], "
     "max_count => %(max_count)s::integer)"
 )
+FIND_NODES_EMBEDDED: LiteralString = (
+    "SELECT * FROM prme.find_nodes(user_id => %(user_id)s, query => %(query)s::text, scopes => %(scopes)s::text[], "
+    "stabilities => %(stabilities)s::text[], lifecycle_states => %(lifecycle_states)s::text[], "
+    "max_count => %(max_count)s::integer, query_embedding => %(query_embedding)s::real[], "
+    "embedding_model => %(embedding_model)s::text)"
+)
 
 
 _CONNINFO = re.compile(r"^\s*[A-Za-z_]+\s*=")
@@ -922,7 +928,7 @@ def statement(request: Request[T]) -> Call[T]:
             )
         case FindNodes():
             call = Call(
-                FIND_NODES,
+                FIND_NODES if request.query_embedding is None else FIND_NODES_EMBEDDED,
                 {
                     "user_id": request.user_id,
                     "query": request.query,
@@ -930,6 +936,10 @@ def statement(request: Request[T]) -> Call[T]:
                     "stabilities": _list_or_none(request.stabilities),
                     "lifecycle_states": _list_or_none(request.lifecycle_states),
                     "max_count": request.max_count,
+                    "query_embedding": (
+                        None if request.query_embedding is None else Float4Array(request.query_embedding)
+                    ),
+                    "embedding_model": request.embedding_model,
                 },
                 node_row,
                 _all,

@@ -299,7 +299,7 @@ async function memoriesPage() {
     h(
       "div",
       { class: "field grow" },
-      h("label", { for: "q" }, "Words"),
+      h("label", { for: "q" }, "Search"),
       h("input", { id: "q", name: "q", type: "search", value: params.get("q") || "", "aria-describedby": "q-hint" }),
     ),
     h("div", { class: "field" }, h("label", { for: "scope" }, "Scope"), h("input", { id: "scope", name: "scope", value: params.get("scope") || "", size: 12 })),
@@ -310,7 +310,7 @@ async function memoriesPage() {
   page(
     "Memories",
     form,
-    h("p", { class: "hint", id: "q-hint" }, "Words match as recall matches them; every lifecycle state is searched. No words: newest change first."),
+    h("p", { class: "hint", id: "q-hint" }, "Memories with the most of your words first, then the closest in meaning (as recall finds them); every lifecycle state is searched. Empty: newest change first."),
     results,
   );
   busy(results);

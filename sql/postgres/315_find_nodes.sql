@@ -2,9 +2,15 @@
 -- prme-pg: find_nodes (search and filter memories for review)
 --
 -- What a reviewer looks for: the owner's memories in any lifecycle state, found
--- by recall's word matching (owner-keyed lexemes, docs/RECALL.md) and filtered
--- by scope, stability and lifecycle state. Unlike recall it ranks by match and
--- recency, not by decayed strength: a faded or archived memory is still shown.
+-- by recall's word matching (owner-keyed lexemes, docs/RECALL.md) and, given a
+-- query vector, by meaning: the max_count nearest of the owner's vectors of that
+-- model among the memories the filters (scope, stability, lifecycle state) keep.
+-- Unlike recall it ranks by match and recency, not by decayed strength: a faded
+-- or archived memory is still shown. Exact word matches come first, as before:
+--   1. the number of the query's words the memory has, most first (0: by meaning only)
+--   2. cosine similarity to the query vector, closest first (no vector: last)
+--   3. the newest change first, then id
+-- Without a query vector (or without pgvector) step 2 is skipped: words alone.
 -- =============================================================================
 
 CREATE FUNCTION prme.find_nodes(
@@ -13,7 +19,9 @@ CREATE FUNCTION prme.find_nodes(
     scopes text[] DEFAULT NULL,
     stabilities text[] DEFAULT NULL,
     lifecycle_states text[] DEFAULT NULL,
-    max_count integer DEFAULT 50
+    max_count integer DEFAULT 50,
+    query_embedding real[] DEFAULT NULL,
+    embedding_model text DEFAULT NULL
 )
 RETURNS SETOF prme.node_view
 LANGUAGE plpgsql
@@ -25,6 +33,14 @@ AS $$
 DECLARE
     v_user_id text := prme._valid_user_id(find_nodes.user_id);
     v_scopes text[] := prme._valid_scopes(find_nodes.scopes);
+    -- As recall: a model no memory has a vector of yet is not registered, so words.
+    v_embedding real[] := CASE
+        WHEN find_nodes.embedding_model IS NULL OR EXISTS (
+            SELECT FROM prme.embedding_models AS m
+            WHERE m.user_id = '*' AND m.model_id = find_nodes.embedding_model
+        ) THEN prme._valid_embedding(find_nodes.embedding_model, find_nodes.query_embedding)
+    END;
+    v_vectors text := prme._vector_schema();
     v_lexemes text[];
     v_query tsquery;
 BEGIN
@@ -75,8 +91,71 @@ BEGIN
     END IF;
 
     v_lexemes := prme._query_lexemes(v_user_id, find_nodes.query);
+    IF v_embedding IS NOT NULL AND v_vectors IS NOT NULL THEN
+        -- Words and meaning. The nearest are found by a scan of the owner's vectors of the
+        -- model (exact; the HNSW index's search is recall's), joined to their memories only
+        -- when a filter must be tested. pgvector's operator is qualified with its schema.
+        RETURN QUERY EXECUTE format(
+            $sql$
+            WITH
+            matched AS MATERIALIZED (
+                SELECT m.id, length(m.search) - length(ts_delete(m.search, $2)) AS shared FROM (
+                    SELECT n.user_id, n.id, n.search
+                    FROM prme.nodes AS n
+                    WHERE n.search @@ prme._any_lexeme_query($2)
+                      AND ($3 IS NULL OR n.scope = ANY ($3))
+                      AND ($4 IS NULL OR n.stability = ANY ($4))
+                      AND ($5 IS NULL OR n.lifecycle_state = ANY ($5))
+                    OFFSET 0
+                ) AS m
+                WHERE m.user_id = $1
+            ),
+            nearest AS MATERIALIZED (
+                SELECT v.node_id AS id, v.embedding OPERATOR(%1$s.<#>) $8::%1$s.vector AS distance
+                FROM prme.node_embeddings AS v
+                WHERE v.user_id = $1 AND v.model_id = $7 AND v.embedding IS NOT NULL
+                  AND ($3 IS NULL AND $4 IS NULL AND $5 IS NULL OR EXISTS (
+                      SELECT FROM prme.nodes AS n
+                      WHERE n.user_id = $1 AND n.id = v.node_id
+                        AND ($3 IS NULL OR n.scope = ANY ($3))
+                        AND ($4 IS NULL OR n.stability = ANY ($4))
+                        AND ($5 IS NULL OR n.lifecycle_state = ANY ($5))
+                  ))
+                ORDER BY distance, v.node_id
+                LIMIT $6
+            ),
+            candidates AS (
+                SELECT coalesce(m.id, s.id) AS id, coalesce(m.shared, 0) AS shared, s.distance
+                FROM matched AS m FULL JOIN nearest AS s ON s.id = m.id
+            ),
+            -- Ranked by what decides the order; a word match not among the nearest has its
+            -- vector read by primary key, and only the max_count best have their whole row read.
+            best AS MATERIALIZED (
+                SELECT c.id, c.shared, x.updated_at, coalesce(c.distance, (
+                    SELECT v.embedding OPERATOR(%1$s.<#>) $8::%1$s.vector FROM prme.node_embeddings AS v
+                    WHERE v.user_id = $1 AND v.model_id = $7 AND v.node_id = c.id AND v.embedding IS NOT NULL
+                )) AS distance
+                FROM candidates AS c
+                CROSS JOIN LATERAL (
+                    SELECT n.updated_at FROM prme.nodes AS n WHERE n.user_id = $1 AND n.id = c.id OFFSET 0
+                ) AS x
+                ORDER BY c.shared DESC, distance NULLS LAST, x.updated_at DESC, c.id
+                LIMIT $6
+            )
+            SELECT (prme._node_view(x.node, FALSE)).*
+            FROM best AS b
+            CROSS JOIN LATERAL (
+                SELECT n AS node FROM prme.nodes AS n WHERE n.user_id = $1 AND n.id = b.id OFFSET 0
+            ) AS x
+            ORDER BY b.shared DESC, b.distance NULLS LAST, b.updated_at DESC, b.id
+            $sql$,
+            v_vectors
+        ) USING v_user_id, v_lexemes, v_scopes, find_nodes.stabilities, find_nodes.lifecycle_states,
+            find_nodes.max_count, find_nodes.embedding_model, v_embedding;
+        RETURN;
+    END IF;
     IF cardinality(v_lexemes) = 0 THEN
-        RETURN;  -- only stop words and punctuation: nothing can match
+        RETURN;  -- only stop words and punctuation, and no vector: nothing can match
     END IF;
     v_query := prme._any_lexeme_query(v_lexemes);
     -- As in recall: the GIN index finds this owner's matches; the owner test rechecks.
@@ -94,11 +173,13 @@ BEGIN
 END;
 $$;
 
-COMMENT ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer) IS
+COMMENT ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer, real[], text) IS
 'Memories of user_id in any lifecycle state for review: matching any word of query as recall matches (NULL or '
-'blank: all), in the given scopes, stabilities and lifecycle states (NULL: any); most query words first, then '
-'newest change first; max_count 1..1000; the query at most 64 KiB with 1024 distinct lexemes, each list at most '
-'100 entries. Nothing is written.';
+'blank: all) or, given query_embedding of model embedding_model and a server with pgvector, among the max_count '
+'nearest by meaning; in the given scopes, stabilities and lifecycle states (NULL: any); most query words first, '
+'then closest by meaning, then newest change first; max_count 1..1000; the query at most 64 KiB with 1024 '
+'distinct lexemes, each list at most 100 entries; a vector that does not fit its model is refused (PR422). '
+'Nothing is written. See docs/RECALL.md.';
 
-REVOKE ALL ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer) FROM public;
-GRANT EXECUTE ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer) TO prme_app;
+REVOKE ALL ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer, real[], text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.find_nodes(text, text, text[], text[], text[], integer, real[], text) TO prme_app;

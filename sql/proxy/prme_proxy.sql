@@ -406,17 +406,17 @@ COMMENT ON FUNCTION prme.embedding_status(text) IS
 REVOKE ALL ON FUNCTION prme.embedding_status(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.embedding_status(text) TO prme_app;
 
-CREATE FUNCTION prme.find_nodes(user_id text, query text DEFAULT NULL::text, scopes text[] DEFAULT NULL::text[], stabilities text[] DEFAULT NULL::text[], lifecycle_states text[] DEFAULT NULL::text[], max_count integer DEFAULT 50)
+CREATE FUNCTION prme.find_nodes(user_id text, query text DEFAULT NULL::text, scopes text[] DEFAULT NULL::text[], stabilities text[] DEFAULT NULL::text[], lifecycle_states text[] DEFAULT NULL::text[], max_count integer DEFAULT 50, query_embedding real[] DEFAULT NULL::real[], embedding_model text DEFAULT NULL::text)
 RETURNS SETOF prme.node_view
 LANGUAGE plproxy
 AS $$
     CLUSTER 'prme_cluster';
     RUN ON prme.route(user_id);
 $$;
-COMMENT ON FUNCTION prme.find_nodes(text,text,text[],text[],text[],integer) IS
-'Memories of user_id in any lifecycle state for review: matching any word of query as recall matches (NULL or blank: all), in the given scopes, stabilities and lifecycle states (NULL: any); most query words first, then newest change first; max_count 1..1000; the query at most 64 KiB with 1024 distinct lexemes, each list at most 100 entries. Nothing is written.';
-REVOKE ALL ON FUNCTION prme.find_nodes(text,text,text[],text[],text[],integer) FROM public;
-GRANT EXECUTE ON FUNCTION prme.find_nodes(text,text,text[],text[],text[],integer) TO prme_app;
+COMMENT ON FUNCTION prme.find_nodes(text,text,text[],text[],text[],integer,real[],text) IS
+'Memories of user_id in any lifecycle state for review: matching any word of query as recall matches (NULL or blank: all) or, given query_embedding of model embedding_model and a server with pgvector, among the max_count nearest by meaning; in the given scopes, stabilities and lifecycle states (NULL: any); most query words first, then closest by meaning, then newest change first; max_count 1..1000; the query at most 64 KiB with 1024 distinct lexemes, each list at most 100 entries; a vector that does not fit its model is refused (PR422). Nothing is written. See docs/RECALL.md.';
+REVOKE ALL ON FUNCTION prme.find_nodes(text,text,text[],text[],text[],integer,real[],text) FROM public;
+GRANT EXECUTE ON FUNCTION prme.find_nodes(text,text,text[],text[],text[],integer,real[],text) TO prme_app;
 
 CREATE FUNCTION prme.get_maintenance_settings(user_id text)
 RETURNS SETOF prme.maintenance_setting_view

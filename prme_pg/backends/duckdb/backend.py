@@ -66,6 +66,7 @@ from .. import (
 from .connection import DEFAULT_PATH, PackClosedError, sql_directory
 from .corrections import CorrectionOperations, is_correction_text
 from .embeddings import EmbeddingOperations
+from .find_nodes import FindNodesOperations
 from .journal import JournalOperations
 from .maintenance import MaintenanceOperations
 from .nodes import NodeOperations
@@ -87,6 +88,7 @@ class DuckDBBackend(
     MaintenanceOperations,
     PatchOperations,
     RecallOperations,
+    FindNodesOperations,
     EmbeddingOperations,
     TokenOperations,
     SnapshotOperations,

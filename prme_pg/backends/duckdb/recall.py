@@ -1,5 +1,5 @@
-"""Recall (sql/postgres/310_recall.sql) and find_nodes (315_find_nodes.sql): the word index of
-the pack's memories, the ranking, and their statements."""
+"""Recall (sql/postgres/310_recall.sql): the word index of the pack's memories, the ranking,
+and their statements."""
 
 from __future__ import annotations
 
@@ -13,20 +13,12 @@ import duckdb
 import numpy as np
 
 from ...errors import InvalidInput
-from ...models import (
-    Node,
-    RecallHit,
-)
+from ...models import RecallHit
 from ...validation import valid_user_id
-from .. import (
-    FindNodes,
-    Recall,
-    recall_hit,
-)
+from .. import Recall, recall_hit
 from .connection import PackConnection
 from .embeddings import VECTOR_STATE, OwnerVectors, VectorCache, valid_embedding
-from .rows import _NODE_COLUMNS, _NODE_NAMES, _node_from_values
-from .validation import _MAX_TEXT_BYTES, _STABILITIES, _no_nul, _valid_scopes, valid_timestamp
+from .validation import _MAX_TEXT_BYTES, _no_nul, _valid_scopes, valid_timestamp
 
 INSERT_WORDS = "INSERT INTO prme.node_words SELECT $user_id, $node_id, unnest(prme.recall_words($content))"
 
@@ -231,28 +223,6 @@ def recall_hits(rows: list[tuple[Any, ...]]) -> list[RecallHit]:
     return [recall_hit((rank, *row)) for rank, row in enumerate(rows, 1)]
 
 
-# prme.find_nodes: the owner's memories in any lifecycle state, filtered; with words, the
-# ones having any of them, most of the query's words first; then the newest change first.
-_FIND_FILTERS = (
-    "n.user_id = $user_id "
-    "AND (CAST($scopes AS VARCHAR []) IS NULL OR list_contains(CAST($scopes AS VARCHAR []), n.scope)) "
-    "AND (CAST($stabilities AS VARCHAR []) IS NULL OR list_contains(CAST($stabilities AS VARCHAR []), n.stability)) "
-    "AND (CAST($states AS VARCHAR []) IS NULL OR list_contains(CAST($states AS VARCHAR []), n.lifecycle_state))"
-)
-FIND_ALL = (
-    f"SELECT {_NODE_COLUMNS} FROM prme.nodes AS n WHERE {_FIND_FILTERS} "
-    "ORDER BY n.updated_at DESC, n.id LIMIT $max_count"
-)
-FIND_WORDS = (
-    f"SELECT {', '.join('n.' + c for c in _NODE_NAMES)} FROM ("
-    "SELECT w.node_id, count(*) AS shared FROM prme.node_words AS w "
-    "WHERE w.user_id = $user_id AND list_contains(CAST($words AS VARCHAR []), w.word) GROUP BY w.node_id"
-    f") AS m JOIN prme.nodes AS n ON n.user_id = $user_id AND n.id = m.node_id WHERE {_FIND_FILTERS} "
-    "ORDER BY m.shared DESC, n.updated_at DESC, n.id LIMIT $max_count"
-)
-_LIFECYCLE_STATES = ("active", "contested", "superseded", "deprecated", "archived")
-
-
 class RecallOperations(PackConnection):
     _owner_vectors: VectorCache | None = None
 
@@ -325,47 +295,3 @@ class RecallOperations(PackConnection):
         if self._owner_vectors is None:
             self._owner_vectors = VectorCache()
         return self._owner_vectors
-
-    def find_nodes(self, request: FindNodes) -> list[Node]:
-        """prme.find_nodes: memories in any lifecycle state by recall's words and filters."""
-        user_id = valid_user_id(request.user_id)
-        scopes = None if request.scopes is None else list(_valid_scopes(request.scopes))
-        if not isinstance(request.max_count, int) or not 1 <= request.max_count <= 1000:
-            raise InvalidInput("max_count must be between 1 and 1000")
-        query = request.query
-        if query is not None:
-            size = len(_no_nul("query", query).encode("utf-8"))
-            if size > _MAX_TEXT_BYTES:
-                raise InvalidInput(f"query must be at most 65536 bytes (got {size} bytes)")
-        stabilities = request.stabilities
-        if stabilities is not None and (
-            not 1 <= len(stabilities) <= 100 or any(s not in _STABILITIES for s in stabilities)
-        ):
-            raise InvalidInput("stabilities must be NULL or a list (of at most 100) of low, semi-stable and stable")
-        states = request.lifecycle_states
-        if states is not None and (not 1 <= len(states) <= 100 or any(s not in _LIFECYCLE_STATES for s in states)):
-            raise InvalidInput(
-                "lifecycle_states must be NULL or a list (of at most 100) of active, contested, superseded, "
-                "deprecated and archived"
-            )
-        params: dict[str, Any] = {
-            "user_id": user_id,
-            "scopes": scopes,
-            "stabilities": None if stabilities is None else list(stabilities),
-            "states": None if states is None else list(states),
-            "max_count": request.max_count,
-        }
-
-        def work(con: duckdb.DuckDBPyConnection) -> list[Node]:
-            if query is None or query.strip(" \t\n\r\f\v") == "":
-                return [_node_from_values(row) for row in con.execute(FIND_ALL, params).fetchall()]
-            found = con.execute("SELECT prme.recall_words($query)", {"query": query}).fetchone()
-            words = found[0] if found is not None else []
-            if len(words) > 1024:
-                raise InvalidInput(f"query must have at most 1024 distinct search terms (got {len(words)})")
-            if not words:
-                return []  # only stop words and punctuation: nothing can match
-            rows = con.execute(FIND_WORDS, {**params, "words": words}).fetchall()
-            return [_node_from_values(row) for row in rows]
-
-        return self.read(work)
