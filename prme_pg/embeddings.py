@@ -200,7 +200,7 @@ _BUILTIN: dict[str, Callable[[], Embedder]] = {
     "wordllama-64": lambda: WordLlamaEmbedder(64),
 }
 _loaded: dict[str, Embedder] = {}
-_loading = threading.Lock()
+_loading = threading.RLock()  # a factory may load another embedder
 
 
 def load_embedder(name: str) -> Embedder:

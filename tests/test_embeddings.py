@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -74,6 +75,27 @@ def test_the_bundled_model_loads_from_the_wheel_offline_and_normalises() -> None
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.split() == ["wordllama-l2_supercat-256", "256", "1.0", "0.0", "True"]
+
+
+class Wrapped:
+    """A plugin built on another embedder: its factory loads that one by name."""
+
+    def __init__(self) -> None:
+        self.inner = load_embedder("wordllama-64")
+        self.model_id, self.dimensions = "wrapped-wordllama-64", self.inner.dimensions
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return self.inner.embed(texts)
+
+
+def test_an_embedder_factory_may_load_another_embedder() -> None:
+    loaded: list[Any] = []
+    loading = threading.Thread(target=lambda: loaded.append(load_embedder(f"{__name__}:Wrapped")), daemon=True)
+    loading.start()
+    loading.join(60)
+    assert not loading.is_alive(), "load_embedder waited on itself"
+    assert loaded[0].model_id == "wrapped-wordllama-64"
+    assert loaded[0].inner is load_embedder("wordllama-64")
 
 
 def test_other_embedders_plug_in_by_name_and_have_their_own_model_id() -> None:
