@@ -51,7 +51,7 @@ PER_SHARD = frozenset({"readiness", "ledger_status"})
 #: Functions that run on every shard.
 # Every shard: the executor, and the embedding worker's calls (a model is registered on
 # every shard; each shard lists and stores the vectors of its own owners' memories and of
-# its long memories' parts).
+# its long memories' parts), and turning vector search on.
 ON_ALL = frozenset(
     {
         "run_operations",
@@ -62,6 +62,7 @@ ON_ALL = frozenset(
         "store_embeddings",
         "embedding_status",
         "index_embeddings",
+        "enable_vector_search",
     }
 )
 

@@ -386,9 +386,24 @@ def test_without_pgvector_everything_works_and_recall_matches_words(without_pgve
 def test_pgvector_added_later_turns_recall_by_meaning_on(without_pgvector: str) -> None:
     with MemoryClient(without_pgvector) as memory:
         memory.add_node(FACTS[2], user_id=ALICE)
-    with psycopg.connect(without_pgvector, autocommit=True) as conn:  # the two statements docs/RECALL.md gives
-        conn.execute("CREATE EXTENSION vector")
-        conn.execute("ALTER TABLE prme.node_embeddings ALTER COLUMN embedding TYPE vector USING embedding::vector")
+        memory.add_node("alice likes long walks", user_id=ALICE)
+    with psycopg.connect(without_pgvector, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error, match="pgvector is not installed") as refused:
+            conn.execute("SELECT prme.enable_vector_search()")
+        assert refused.value.sqlstate == "PR422"
+        assert "CREATE EXTENSION vector" in (refused.value.diag.message_hint or "")
+        conn.execute("CREATE EXTENSION vector")  # the two statements docs/RECALL.md gives
+        assert conn.execute("SELECT * FROM prme.enable_vector_search()").fetchall() == [(True,)]
+        assert conn.execute("SELECT * FROM prme.enable_vector_search()").fetchall() == [(True,)], "idempotent"
+        helpers = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc AS p WHERE p.proname IN ('_inner_product', '_query_vector')"
+            " AND p.pronamespace = 'prme'::regnamespace ORDER BY 1"
+        ).fetchall()
+        assert helpers == [("prme._inner_product(vector,vector)",), ("prme._query_vector(real[])",)]
+        # The memory stored before keeps its vector; the helpers now compute with pgvector's.
+        assert conn.execute("SELECT count(*) FROM prme.node_embeddings WHERE embedding IS NOT NULL").fetchone() == (2,)
+        body = conn.execute("SELECT pg_get_functiondef('prme._inner_product(vector, vector)'::regprocedure)").fetchone()
+        assert body is not None and "RETURN inner_product(stored, query)" in body[0]
     with MemoryClient(without_pgvector) as memory:
         assert memory.recall("does she have pets?", user_id=ALICE)[0].content == FACTS[2]
 

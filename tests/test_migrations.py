@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -1058,6 +1058,55 @@ def test_upgrading_to_set_based_add_nodes_keeps_every_batch_and_replays_it(pg_se
 # -- 0027_recall_thresholds: the same answers with fewer candidates read -----------------------
 
 
+def recall_corpus(conn: psycopg.Connection[Any], seed: int) -> Callable[[], list[Any]]:
+    """Two owners' memories with random 8-dimension unit vectors, varied strength, some
+    confirmed and some archived ("big" 120, "alice" 15); returns a function answering every
+    recall over them: by words and by meaning, each max_count and scope."""
+    rng = random.Random(seed)
+    conn.execute("SELECT prme.register_embedding_model('unit-8', 8)")
+    words = ["tea", "trains", "rivers", "coffee", "maps", "jazz"]
+    for owner, count in (("big", 120), ("alice", 15)):
+        for i in range(count):
+            vector = [rng.uniform(-1, 1) for _ in range(8)]
+            norm = sum(x * x for x in vector) ** 0.5
+            node = conn.execute(
+                "SELECT id FROM prme.add_node(%s, %s, scope => %s, salience_base => %s::numeric,"
+                " confidence_base => %s::numeric, decay_profile => %s, embedding => %s::real[],"
+                " embedding_model => 'unit-8')",
+                [
+                    owner,
+                    f"{owner} {' '.join(rng.sample(words, rng.randint(1, 3)))} note {i % 7}",
+                    rng.choice(["personal", "work"]),
+                    round(rng.random(), 4),
+                    round(rng.random(), 4),
+                    rng.choice(["permanent", "slow", "medium", "fast"]),
+                    [x / norm for x in vector],
+                ],
+            ).fetchone()[0]  # type: ignore[index]
+            if i % 9 == 0:
+                reinforce = "SELECT prme.reinforce(node_id => %s, user_id => %s, request_id => %s)"
+                conn.execute(reinforce, [node, owner, uuid.uuid4()])
+            if i % 13 == 0:
+                conn.execute("SELECT prme.archive_node(user_id => %s, node_id => %s)", [owner, node])
+    queries = [[rng.uniform(-1, 1) for _ in range(8)] for _ in range(3)]
+    recall = (
+        "SELECT * FROM prme.recall(%s, %s, scopes => %s, max_count => %s, as_of => '2027-03-01',"
+        " query_embedding => %s::real[], embedding_model => 'unit-8')"
+    )
+
+    def answers() -> list[Any]:
+        return [
+            conn.execute(recall, [owner, text, scopes, max_count, vector]).fetchall()
+            for owner in ("big", "alice")
+            for text in ("tea", "trains jazz please", "coffee maps rivers tea", "nothing shared")
+            for scopes in (None, ["work"])
+            for max_count in (1, 3, 10, 50)
+            for vector in (*queries, None)
+        ]
+
+    return answers
+
+
 def test_upgrading_to_recall_thresholds_answers_every_recall_as_before(pg_server: testing.Server) -> None:
     """0027 prunes recall's candidates harder (a strength ceiling per candidate, and a
     threshold from a few candidates scored exactly): every recall, by words and by meaning,
@@ -1066,47 +1115,7 @@ def test_upgrading_to_recall_thresholds_answers_every_recall_as_before(pg_server
     are indexed (120: few enough for the index to find the nearest exactly). The index
     built before takes ef_construction 200 for its later inserts."""
     with filled_before(pg_server, "recall_thresholds") as (conn, every, target):
-        rng = random.Random(27)
-        conn.execute("SELECT prme.register_embedding_model('unit-8', 8)")
-        words = ["tea", "trains", "rivers", "coffee", "maps", "jazz"]
-        for owner, count in (("big", 120), ("alice", 15)):
-            for i in range(count):
-                vector = [rng.uniform(-1, 1) for _ in range(8)]
-                norm = sum(x * x for x in vector) ** 0.5
-                node = conn.execute(
-                    "SELECT id FROM prme.add_node(%s, %s, scope => %s, salience_base => %s::numeric,"
-                    " confidence_base => %s::numeric, decay_profile => %s, embedding => %s::real[],"
-                    " embedding_model => 'unit-8')",
-                    [
-                        owner,
-                        f"{owner} {' '.join(rng.sample(words, rng.randint(1, 3)))} note {i % 7}",
-                        rng.choice(["personal", "work"]),
-                        round(rng.random(), 4),
-                        round(rng.random(), 4),
-                        rng.choice(["permanent", "slow", "medium", "fast"]),
-                        [x / norm for x in vector],
-                    ],
-                ).fetchone()[0]  # type: ignore[index]
-                if i % 9 == 0:
-                    reinforce = "SELECT prme.reinforce(node_id => %s, user_id => %s, request_id => %s)"
-                    conn.execute(reinforce, [node, owner, uuid.uuid4()])
-                if i % 13 == 0:
-                    conn.execute("SELECT prme.archive_node(user_id => %s, node_id => %s)", [owner, node])
-        queries = [[rng.uniform(-1, 1) for _ in range(8)] for _ in range(3)]
-        recall = (
-            "SELECT * FROM prme.recall(%s, %s, scopes => %s, max_count => %s, as_of => '2027-03-01',"
-            " query_embedding => %s::real[], embedding_model => 'unit-8')"
-        )
-
-        def answers() -> list[Any]:
-            return [
-                conn.execute(recall, [owner, text, scopes, max_count, vector]).fetchall()
-                for owner in ("big", "alice")
-                for text in ("tea", "trains jazz please", "coffee maps rivers tea", "nothing shared")
-                for scopes in (None, ["work"])
-                for max_count in (1, 3, 10, 50)
-                for vector in (*queries, None)
-            ]
+        answers = recall_corpus(conn, 27)
 
         # big's vectors go into the HNSW index first (recall's approximate path); alice's are
         # scanned exactly (the path whose threshold 0027 tightens).
@@ -1243,3 +1252,28 @@ def test_upgrading_to_find_nodes_by_meaning_keeps_every_row_and_every_answer_by_
             [vector.replace("[", "{").replace("]", "}")],
         ).fetchall()
         assert found == [(node_id,)]
+
+
+# -- 0030_recall_plan_kept: recall's statement made static answers as before --------------------
+
+
+def test_upgrading_to_recall_plan_kept_answers_every_recall_as_before(pg_server: testing.Server) -> None:
+    """0030 makes recall's main statement static (its plan kept) and reads a finalist's cosine
+    in double precision instead of pgvector's single: every recall, by words and by meaning,
+    for an owner whose vectors are scanned and for one whose are indexed, returns the same
+    memories in the same order, each score within 1e-6 of 0029's (by words within 1e-9: a
+    kept plan may add a memory's word weights in another order). The statement is run often
+    enough after the upgrade for PostgreSQL to switch to a kept plan."""
+    with filled_before(pg_server, "recall_plan_kept") as (conn, every, target):
+        answers = recall_corpus(conn, 30)
+        conn.execute("SELECT prme.index_embeddings('unit-8', min_vectors => 50)")
+        before = answers()
+        assert sum(map(len, before)) > 1500 and len({len(a) for a in before}) > 3, "not vacuous"
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        for after in (answers(), answers()):  # the second pass runs on PostgreSQL's kept plan
+            for i, (old, new) in enumerate(zip(before, after, strict=True)):
+                assert [(r[0], r[5]) for r in new] == [(r[0], r[5]) for r in old], "same memories, same order"
+                tolerance = 1e-9 if i % 4 == 3 else 1e-6  # every fourth recall is by words alone
+                for old_row, new_row in zip(old, new, strict=True):
+                    assert new_row[1:5] == pytest.approx(old_row[1:5], abs=tolerance)
+                    assert new_row[5:] == old_row[5:]

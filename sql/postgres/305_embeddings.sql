@@ -21,9 +21,10 @@
 -- The vector column is pgvector's `vector` when the server has pgvector (010 creates
 -- the extension), else real[]: the schema applies on a server without pgvector, and
 -- recall is then lexical (prme._vector_schema() is NULL). prme.enable_vector_search()
--- converts the column once pgvector is installed. Similarity is computed by pgvector
--- in dynamic SQL qualified with the extension's schema, which is known only at run
--- time (API functions pin search_path to pg_catalog).
+-- converts the column once pgvector is installed. Similarity is computed by pgvector,
+-- qualified with the extension's schema, which is known only at run time (API functions
+-- pin search_path to pg_catalog): in dynamic SQL, or through prme._inner_product, which
+-- is defined with that schema.
 -- =============================================================================
 
 CREATE TABLE prme.embedding_models (
@@ -98,6 +99,116 @@ RETURN (
 COMMENT ON FUNCTION prme._vector_schema() IS
 'Internal: the quoted schema of pgvector''s types when prme.node_embeddings stores pgvector vectors, else NULL '
 '(no pgvector: recall is lexical).';
+
+-- recall's main statement is static SQL (PostgreSQL keeps its plan), which cannot name
+-- pgvector's schema; it reads a finalist's cosine through prme._inner_product, which
+-- does: defined here, and again by prme.enable_vector_search, for the column's type.
+CREATE FUNCTION prme._define_inner_product()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_vectors text := prme._vector_schema();
+BEGIN
+    -- LANGUAGE sql, one expression, no SET clause: inlined into its caller's plan. Both
+    -- vectors are taken as the column's type, so neither is converted row by row.
+    IF v_vectors IS NULL THEN
+        CREATE OR REPLACE FUNCTION prme._inner_product(stored real[], query real[])
+        RETURNS double precision
+        LANGUAGE sql
+        IMMUTABLE
+        PARALLEL SAFE
+        RETURN (
+            SELECT sum(x.stored::double precision * x.query::double precision)
+            FROM ROWS FROM (unnest(stored), unnest(query)) AS x (stored, query)
+        );
+        CREATE OR REPLACE FUNCTION prme._query_vector(query real[])
+        RETURNS real[]
+        LANGUAGE sql
+        IMMUTABLE
+        PARALLEL SAFE
+        RETURN query;
+    ELSE
+        DROP FUNCTION IF EXISTS prme._query_vector(real[]);  -- its result type changes
+        EXECUTE format(
+            $sql$
+            CREATE OR REPLACE FUNCTION prme._inner_product(stored %1$s.vector, query %1$s.vector)
+            RETURNS double precision
+            LANGUAGE sql
+            IMMUTABLE
+            PARALLEL SAFE
+            RETURN %1$s.inner_product(stored, query)
+            $sql$,
+            v_vectors
+        );
+        EXECUTE format(
+            $sql$
+            CREATE OR REPLACE FUNCTION prme._query_vector(query real[])
+            RETURNS %1$s.vector
+            LANGUAGE sql
+            IMMUTABLE
+            PARALLEL SAFE
+            RETURN query::%1$s.vector
+            $sql$,
+            v_vectors
+        );
+        -- Those defined before pgvector, when it comes later.
+        DROP FUNCTION IF EXISTS prme._inner_product(real[], real[]);
+    END IF;
+    EXECUTE format(
+        'COMMENT ON FUNCTION prme._inner_product(%1$s, %1$s) IS %2$L',
+        coalesce(v_vectors || '.vector', 'real[]'),
+        'Internal: the inner product of a stored vector and a query vector (prme._query_vector), their cosine as '
+        'both are unit length; by pgvector when the server has it. Defined by prme._define_inner_product.'
+    );
+    COMMENT ON FUNCTION prme._query_vector(real[]) IS
+    'Internal: a query vector as prme._inner_product takes it: pgvector''s vector when the server has it, else '
+    'real[]. Defined by prme._define_inner_product.';
+END;
+$$;
+
+COMMENT ON FUNCTION prme._define_inner_product() IS
+'Internal: (re)defines prme._inner_product and prme._query_vector for the vector column''s type: by pgvector, or '
+'in SQL without it.';
+
+SELECT prme._define_inner_product();
+
+CREATE FUNCTION prme.enable_vector_search()
+RETURNS TABLE (vector_search boolean)
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_schema text := (
+        SELECT quote_ident(e.extnamespace::regnamespace::text) FROM pg_catalog.pg_extension AS e WHERE e.extname = 'vector'
+    );
+BEGIN
+    IF v_schema IS NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'PR422',
+            MESSAGE = 'pgvector is not installed in this database',
+            HINT = 'install it (postgresql-NN-pgvector), then as a superuser: CREATE EXTENSION vector';
+    END IF;
+    IF prme._vector_schema() IS NULL THEN
+        EXECUTE format(
+            'ALTER TABLE prme.node_embeddings ALTER COLUMN embedding TYPE %1$s.vector USING embedding::%1$s.vector',
+            v_schema
+        );
+    END IF;
+    PERFORM prme._define_inner_product();
+    RETURN QUERY SELECT TRUE;
+END;
+$$;
+
+COMMENT ON FUNCTION prme.enable_vector_search() IS
+'Turns recall by meaning on in a database migrated without pgvector, once CREATE EXTENSION vector has run: '
+'converts prme.node_embeddings.embedding to pgvector''s vector (rewriting the table) and redefines the helpers '
+'that compute with it. Idempotent. PR422 without pgvector. See docs/RECALL.md.';
+
+REVOKE ALL ON FUNCTION prme.enable_vector_search() FROM public;
+GRANT EXECUTE ON FUNCTION prme.enable_vector_search() TO prme_app;
 
 CREATE FUNCTION prme._valid_embedding(model_id text, embedding real[])
 RETURNS real[]

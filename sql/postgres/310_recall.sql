@@ -72,6 +72,46 @@ $$;
 COMMENT ON FUNCTION prme._query_lexemes(text, text) IS
 'Internal: the owner-keyed lexemes of a search query (as nodes.search holds them); PR422 for more than 1024.';
 
+CREATE FUNCTION prme._candidate_relevance(
+    user_id text,
+    model_id text,
+    node_id uuid,
+    query_vector anyelement,
+    share double precision,
+    cosine double precision,
+    cosine_ceiling double precision
+)
+RETURNS TABLE (relevance double precision)
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+-- Inlined into recall's statement (a one-row set-returning SQL function with no SET clause),
+-- so the stored vector is read only when its cosine is needed. A string body, as the vector
+-- column's type is pgvector's or real[] (prme.enable_vector_search changes it), and every
+-- name qualified: it is parsed in its caller's search_path. The query vector comes as
+-- prme._query_vector gives it (pgvector's vector, or real[]); prme._inner_product, defined
+-- for the column's type, computes the cosine.
+AS $body$
+SELECT CASE
+    WHEN $4 IS NULL THEN $5
+    -- Parenthesised: written as OPERATOR(...), every operator has the same precedence.
+    ELSE (0.6::double precision OPERATOR(pg_catalog.*) $5)
+        OPERATOR(pg_catalog.+) (0.4::double precision OPERATOR(pg_catalog.*) greatest(coalesce($6, CASE
+            WHEN $7 OPERATOR(pg_catalog.>) 0 THEN (
+                SELECT prme._inner_product(v.embedding, $4)
+                FROM prme.node_embeddings AS v
+                WHERE v.user_id OPERATOR(pg_catalog.=) $1 AND v.model_id OPERATOR(pg_catalog.=) $2
+                  AND v.node_id OPERATOR(pg_catalog.=) $3 AND v.embedding IS NOT NULL
+            )
+        END, 0), 0))
+END
+$body$;
+
+COMMENT ON FUNCTION prme._candidate_relevance(text, text, uuid, anyelement, double precision, double precision, double precision) IS
+'Internal: a recall candidate''s relevance: share without a query vector, else 0.6 * share + 0.4 * its cosine '
+'(given, or read from its stored vector when cosine_ceiling is above 0; 0 below 0 or without a vector). query_vector '
+'is prme._query_vector(query_embedding).';
+
 CREATE FUNCTION prme.recall(
     user_id text,
     query text DEFAULT NULL,
@@ -127,6 +167,8 @@ DECLARE
     v_nearest_cosines double precision[] := '{}'::double precision[];
     v_cosine_ceiling double precision := 0;
     v_closest text;
+    v_any_word tsquery;
+    v_word_queries tsquery[];
     v_hnsw text[];
 BEGIN
     IF recall.max_count IS NULL OR recall.max_count NOT BETWEEN 1 AND 1000 THEN
@@ -276,44 +318,54 @@ BEGIN
         END IF;
     END IF;
 
+    -- A tsquery matching any of the query's words, and one per word, to tell which of
+    -- them each matched memory has.
+    v_any_word := prme._any_lexeme_query(v_lexemes);
+    v_word_queries := ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme));
+
+    -- Static SQL, so PostgreSQL keeps its plan from call to call (planning it took as long
+    -- as running it); it names nothing of pgvector's, reading a finalist's cosine from its
+    -- vector as real[] (a cast pgvector defines, found without its schema).
     -- The query's words carry the owner's key, so the GIN index on search finds this
     -- owner's matches alone; the owner test stays outside the inner level, as a recheck
     -- (two owners whose keys collided would share postings), so the planner does not
     -- also scan the owner's rows in the primary key to intersect them.
-    RETURN QUERY EXECUTE format(
-        $sql$
+    RETURN QUERY
         WITH
+        -- The memories sharing a word with the query, each with the strength term of its
+        -- score (below), from the row the word index found.
         matched AS MATERIALIZED (
-            SELECT m.id, m.search, m.strength_ceiling FROM (
+            SELECT m.id, m.search, m.strength FROM (
                 SELECT n.user_id, n.id, n.search,
-                    -- Decay only lowers salience and confidence: the strength term of the
-                    -- score (below) is at most this, computed from the row's bases alone.
-                    0.5::double precision
-                    + 0.25::double precision * least(
-                        1.0::double precision, n.salience_base::double precision + n.reinforcement_boost::double precision
-                    )
-                    + 0.25::double precision * least(1.0::double precision, n.confidence_base::double precision)
-                        AS strength_ceiling
+                    0.5
+                    + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
+                    + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
+                        AS strength
                 FROM prme.nodes AS n
-                WHERE n.search @@ prme._any_lexeme_query($2)
+                WHERE n.search @@ v_any_word
                   AND n.lifecycle_state NOT IN ('archived', 'deprecated')
-                  AND ($3 IS NULL OR n.scope = ANY ($3))
+                  AND (v_scopes IS NULL OR n.scope = ANY (v_scopes))
                 OFFSET 0
             ) AS m
-            WHERE m.user_id = $1
+            WHERE m.user_id = v_user_id
         ),
         nearest AS (
-            SELECT u.id, u.cosine FROM unnest($8::uuid[], $9::double precision[]) AS u (id, cosine)
+            SELECT u.id, u.cosine FROM unnest(v_nearest_ids, v_nearest_cosines) AS u (id, cosine)
+        ),
+        -- The query vector converted once, for prme._inner_product.
+        query AS MATERIALIZED (
+            SELECT prme._query_vector(v_embedding) AS vector
         ),
         candidates AS MATERIALIZED (
-            SELECT coalesce(m.id, s.id) AS id, coalesce(m.strength_ceiling, 1.0::double precision) AS strength_ceiling,
-                s.cosine
+            SELECT coalesce(m.id, s.id) AS id, m.strength, s.cosine
             FROM matched AS m FULL JOIN nearest AS s ON s.id = m.id
         ),
         -- Each matched memory with each of the query's words it has: one tsquery per word.
         pairs AS MATERIALIZED (
             SELECT m.id, q.word
-            FROM matched AS m, unnest($2, $11) AS q (word, query)
+            FROM matched AS m, unnest(v_lexemes, v_word_queries) AS q (word, query)
             WHERE m.search @@ q.query
         ),
         -- BM25's idf of each of the query's words among the candidates (a word no
@@ -323,7 +375,7 @@ BEGIN
             SELECT q.word,
                 ln(1 + ((SELECT count(*) FROM candidates)::double precision - count(p.id) + 0.5) / (count(p.id) + 0.5))
                     AS weight
-            FROM unnest($2) AS q (word)
+            FROM unnest(v_lexemes) AS q (word)
             LEFT JOIN pairs AS p ON p.word = q.word
             GROUP BY q.word
         ),
@@ -332,48 +384,64 @@ BEGIN
             FROM pairs AS p JOIN weights AS w ON w.word = p.word
             GROUP BY p.id
         ),
-        -- Each candidate's relevance, exact when its cosine is known (or not needed), else
-        -- at least with cosine 0; and a ceiling of its score: the nearest have their cosine,
-        -- any other's is at most the ceiling (negative cosines count as 0), and the strength
-        -- term is at most the candidate's strength ceiling.
+        -- Each candidate's score between two bounds. Its relevance is exact when its cosine
+        -- is known (one of the nearest) or not needed; else at least that with cosine 0 and
+        -- at most that with the cosine of the last of the nearest (no other is closer;
+        -- negative cosines count as 0). Its strength is known when its words matched; else
+        -- it is between 0.5 and 1. Then the candidates by ceiling, highest first.
         bounded AS MATERIALIZED (
-            SELECT c.id, coalesce(l.share, 0) AS share, c.cosine,
-                CASE WHEN $6 IS NULL THEN coalesce(l.share, 0)
-                     ELSE 0.6::double precision * coalesce(l.share, 0)
-                          + 0.4::double precision * greatest(coalesce(c.cosine, 0), 0)
-                END AS lower_relevance,
-                c.strength_ceiling * CASE WHEN $6 IS NULL THEN coalesce(l.share, 0)
-                     ELSE 0.6::double precision * coalesce(l.share, 0)
-                          + 0.4::double precision * greatest(coalesce(c.cosine, $10), 0)
-                END AS score_ceiling
+            SELECT c.id, c.cosine, c.strength, coalesce(l.share, 0) AS share,
+                coalesce(c.strength, 1.0) * CASE WHEN v_embedding IS NULL THEN coalesce(l.share, 0)
+                     ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(c.cosine, v_cosine_ceiling), 0)
+                END AS score_ceiling,
+                row_number() OVER (ORDER BY coalesce(c.strength, 1.0) * CASE WHEN v_embedding IS NULL
+                    THEN coalesce(l.share, 0)
+                    ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(c.cosine, v_cosine_ceiling), 0)
+                END DESC, c.id) AS position
             FROM candidates AS c
             LEFT JOIN lexical AS l ON l.id = c.id
         ),
-        -- The max_count-th best score is at least the max_count-th best exact score among the
-        -- few candidates with the highest score ceilings (the probe: 2 * max_count + 10; 0
-        -- with fewer). A score above its own ceiling -- a cosine above the last of the nearest,
-        -- which the HNSW index, being approximate, may have missed -- counts as the ceiling.
-        probe AS (
-            SELECT least(b.score_ceiling, %1$s * (
-                    0.5
-                    + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
-                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4))
-                    + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
-                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4))
-                )) AS score
-            FROM (SELECT x.* FROM bounded AS x ORDER BY x.score_ceiling DESC, x.id LIMIT 2 * $7 + 10) AS b
-            CROSS JOIN LATERAL (
-                SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = b.id OFFSET 0
-            ) AS n
-        ),
-        -- So a candidate whose score ceiling is below that cannot be among the best: only the
-        -- others have their cosine read and their row decayed, each by its primary key.
-        finalists AS (
-            SELECT b.id, %1$s AS relevance
+        -- The probe: the exact relevance of the 2 * max_count + 10 candidates with the highest
+        -- ceilings (a cosine above the last of the nearest, which the HNSW index, being
+        -- approximate, may have missed, counts as that).
+        probe AS MATERIALIZED (
+            SELECT b.id, b.score_ceiling, e.relevance, coalesce(b.strength, (
+                    SELECT 0.5
+                        + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
+                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
+                        + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
+                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
+                    FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = b.id
+                )) AS strength
             FROM bounded AS b
-            WHERE b.score_ceiling >= coalesce(
-                (SELECT p.score FROM probe AS p ORDER BY p.score DESC OFFSET $7 - 1 LIMIT 1), 0
-            )
+            CROSS JOIN query AS q
+            CROSS JOIN LATERAL prme._candidate_relevance(
+                v_user_id, recall.embedding_model, b.id, q.vector, b.share, b.cosine, v_cosine_ceiling
+            ) AS e
+            WHERE b.position <= 2 * recall.max_count + 10
+        ),
+        -- max_count of them score at least the max_count-th best of their scores (0 with
+        -- fewer), so a candidate whose ceiling is below that cannot be among the best: only
+        -- the others have their cosine read (when not known) and their row read, each by its
+        -- primary key.
+        threshold AS (
+            SELECT coalesce((
+                SELECT s.score FROM (
+                    SELECT least(p.score_ceiling, p.relevance * p.strength) AS score FROM probe AS p
+                ) AS s
+                ORDER BY s.score DESC OFFSET recall.max_count - 1 LIMIT 1
+            ), 0) AS score
+        ),
+        finalists AS (
+            SELECT p.id, p.relevance FROM probe AS p WHERE p.score_ceiling >= (SELECT t.score FROM threshold AS t)
+            UNION ALL
+            SELECT b.id, e.relevance
+            FROM bounded AS b
+            CROSS JOIN query AS q
+            CROSS JOIN LATERAL prme._candidate_relevance(
+                v_user_id, recall.embedding_model, b.id, q.vector, b.share, b.cosine, v_cosine_ceiling
+            ) AS e
+            WHERE b.position > 2 * recall.max_count + 10 AND b.score_ceiling >= (SELECT t.score FROM threshold AS t)
         )
         SELECT (row_number() OVER (ORDER BY r.score DESC, r.id))::integer, r.score, r.relevance,
             r.effective_salience, r.effective_confidence, r.id, r.namespace::text, r.scope::text, r.kind::text,
@@ -387,36 +455,22 @@ BEGIN
                     n.confidence_base, n.salience_base, n.reinforcement_boost, n.last_reinforced_at,
                     n.created_at, n.updated_at, n.version, f.relevance::double precision AS relevance,
                     prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
-                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4)
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
                     ) AS effective_salience,
                     prme._effective_confidence(n.confidence_base, n.decay_profile,
-                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), $4)
+                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of)
                     ) AS effective_confidence
                 FROM finalists AS f
                 -- Each candidate by its primary key: a join would read all of the owner's rows.
                 CROSS JOIN LATERAL (
-                    SELECT m.* FROM prme.nodes AS m WHERE m.user_id = $1 AND m.id = f.id OFFSET 0
+                    SELECT m.* FROM prme.nodes AS m WHERE m.user_id = v_user_id AND m.id = f.id OFFSET 0
                 ) AS n
                 OFFSET 0  -- a level of its own: each effective value is computed once per row
             ) AS d
             ORDER BY score DESC, d.id
-            LIMIT $7
+            LIMIT recall.max_count
         ) AS r
-        ORDER BY r.score DESC, r.id
-        $sql$,
-        -- A bounded candidate's exact relevance: its cosine is read only when not known yet.
-        CASE WHEN v_embedding IS NULL THEN 'b.lower_relevance' ELSE format(
-            $sql$CASE WHEN b.cosine IS NOT NULL OR $10 <= 0 THEN b.lower_relevance
-                ELSE 0.6::double precision * b.share + 0.4::double precision * greatest(coalesce((
-                    SELECT -(v.embedding OPERATOR(%1$s.<#>) $6::%1$s.vector) FROM prme.node_embeddings AS v
-                    WHERE v.user_id = $1 AND v.model_id = $5 AND v.node_id = b.id AND v.embedding IS NOT NULL
-                ), 0), 0)
-            END$sql$,
-            v_vectors
-        ) END
-    ) USING v_user_id, v_lexemes, v_scopes, v_as_of, recall.embedding_model, v_embedding, recall.max_count,
-        v_nearest_ids, v_nearest_cosines, v_cosine_ceiling,
-        ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme));
+        ORDER BY r.score DESC, r.id;
 END;
 $$;
 

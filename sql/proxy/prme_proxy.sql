@@ -406,6 +406,18 @@ COMMENT ON FUNCTION prme.embedding_status(text) IS
 REVOKE ALL ON FUNCTION prme.embedding_status(text) FROM public;
 GRANT EXECUTE ON FUNCTION prme.embedding_status(text) TO prme_app;
 
+CREATE FUNCTION prme.enable_vector_search()
+RETURNS TABLE(vector_search boolean)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'prme_cluster';
+    RUN ON ALL;
+$$;
+COMMENT ON FUNCTION prme.enable_vector_search() IS
+'Turns recall by meaning on in a database migrated without pgvector, once CREATE EXTENSION vector has run: converts prme.node_embeddings.embedding to pgvector''s vector (rewriting the table) and redefines the helpers that compute with it. Idempotent. PR422 without pgvector. See docs/RECALL.md.';
+REVOKE ALL ON FUNCTION prme.enable_vector_search() FROM public;
+GRANT EXECUTE ON FUNCTION prme.enable_vector_search() TO prme_app;
+
 CREATE FUNCTION prme.find_nodes(user_id text, query text DEFAULT NULL::text, scopes text[] DEFAULT NULL::text[], stabilities text[] DEFAULT NULL::text[], lifecycle_states text[] DEFAULT NULL::text[], max_count integer DEFAULT 50, query_embedding real[] DEFAULT NULL::real[], embedding_model text DEFAULT NULL::text)
 RETURNS SETOF prme.node_view
 LANGUAGE plproxy
