@@ -734,8 +734,16 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> int:
         with _connect(args.cluster) as conn:
             shards += shard.cluster_definition(conn).shards
     if shards:
-        # One executor per shard, listening on the shard (the proxy hears no NOTIFY).
-        finished = run_shard_workers(shards, worker=args.worker, batch=args.batch, until_idle=args.until_idle)
+        # One executor per shard, listening on the shard (the proxy hears no NOTIFY); each
+        # embeds its shard's memories and long memories' parts, as a single worker does.
+        with contextlib.ExitStack() as stack:
+            per_shard: dict[str, dict[str, object]] = {}
+            for shard_dsn in shards:
+                embed, embedder = _worker_embedding(stack, shard_dsn, console, quiet=args.json)
+                per_shard[shard_dsn] = {"after_commit": embed, "embedder": embedder}
+            finished = run_shard_workers(
+                shards, worker=args.worker, batch=args.batch, until_idle=args.until_idle, per_shard=per_shard
+            )
         if args.json:
             _print_json({"finished": finished, "shards": len(shards)})
         else:

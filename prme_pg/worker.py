@@ -40,7 +40,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -301,12 +301,14 @@ def run_shard_workers(
     until_idle: bool = False,
     install_signal_handlers: bool = True,
     reconnect_delay: float = 1.0,
+    per_shard: Mapping[str, Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> int:
     """One executor per shard, each in its own thread; return how many operations they finished.
 
     Each thread runs :func:`run_worker` on its shard (``options`` are its keyword
-    arguments). A shard that does not accept a connection is retried every
+    arguments, and ``per_shard[dsn]`` those of that shard alone, such as its
+    ``after_commit``). A shard that does not accept a connection is retried every
     ``reconnect_delay`` seconds while the others work; with ``until_idle`` it is
     skipped instead (logged), so a script over a partly down cluster still ends.
     """
@@ -325,7 +327,7 @@ def run_shard_workers(
                     until_idle=until_idle,
                     install_signal_handlers=False,
                     reconnect_delay=reconnect_delay,
-                    **options,
+                    **{**options, **(per_shard or {}).get(dsn, {})},
                 )
             except psycopg.OperationalError as exc:
                 log.warning("shard %s does not answer (%s)", _safe_dsn(dsn), str(exc).strip().splitlines()[0])

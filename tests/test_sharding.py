@@ -422,6 +422,27 @@ def test_an_owner_moves_under_load_and_its_reader_sees_no_gap_and_no_duplicate(
     assert _shard_count(deployment, target, "operations", user) == len(submitted)
 
 
+def test_the_cli_worker_per_shard_embeds_what_the_ledger_wrote(
+    deployment: Deployment, memory: MemoryClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`prme-pg worker --shard ... --shard ...` gives each shard's executor what a single
+    worker has: the memories the ledger wrote (in SQL, without vectors) are embedded on their
+    shard after the worker commits them, and recall finds them by meaning through the proxy."""
+    owners = _owners(deployment)
+    for user in owners:
+        operation = uuid.uuid4()
+        payload = {"content": f"{user} keeps a golden retriever called Biscuit"}
+        assert memory.submit_operation(operation, "add_node", payload, user_id=user).created
+    argv = ["worker", "--shard", deployment.shard_dsn(0), "--shard", deployment.shard_dsn(1), "--until-idle", "--json"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out)["finished"] >= len(owners), out
+    for user in owners:
+        assert _shard_count(deployment, deployment.shard_of(user), "node_embeddings", user) >= 1
+        hits = memory.recall("which pets do they have?", user_id=user)
+        assert hits and "golden retriever" in hits[0].content
+
+
 def test_a_stopped_shard_leaves_the_other_owners_working(
     deployment: Deployment, capsys: pytest.CaptureFixture[str]
 ) -> None:
