@@ -117,12 +117,16 @@ def answers(dsn: str, questions: list[str], vectors: dict[str, Float4Array], mod
 
 def index_recall(dsn: str, questions: list[str], vectors: dict[str, Float4Array], model: str) -> list[float]:
     """Per question, the share of the exact 100 nearest that the HNSW index returns among its
-    100 nearest, searched as prme.recall searches it (ef_search 800, iterative scan)."""
+    100 nearest, searched as prme.recall searches it (ef_search 400, or one per 100 vectors
+    of the graph up to 1,000; iterative scan)."""
     shares = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         dimensions = conn.execute("SELECT dimensions FROM prme.embedding_models WHERE model_id = %s", (model,))
         cast = f"vector({dimensions.fetchone()[0]})"  # type: ignore[index]
-        conn.execute("SET hnsw.ef_search = 800")
+        graph = conn.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = to_regclass('prme.' || prme._vector_index(%s))", (model,)
+        )
+        conn.execute(f"SET hnsw.ef_search = {min(1000, max(400, int((graph.fetchone() or (0,))[0] or 0) // 100))}")
         conn.execute("SET hnsw.iterative_scan = strict_order")
         for q in questions:
             exact = conn.execute(
