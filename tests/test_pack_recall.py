@@ -203,6 +203,18 @@ def test_owners_past_the_memory_bound_are_read_again_when_asked(tmp_path: Path) 
                 assert [key[0] for key in held._owners] == [owner]
 
 
+def test_the_vectors_held_go_when_the_pack_is_closed(tmp_path: Path) -> None:
+    """The copy of the owners' vectors (up to 256 MB) is the connection's: closing the pack
+    frees it, even while the client object is still referenced."""
+    memory = MemoryClient(tmp_path / "memories")
+    with memory:
+        memory.add_nodes(corpus(30, random.Random(23)), user_id="hal")
+        assert memory.recall(QUESTIONS[0], user_id="hal", as_of=AS_OF)
+        backend = memory.backend
+        assert backend._vector_cache()._owners  # type: ignore[attr-defined]
+    assert backend._owner_vectors is None  # type: ignore[attr-defined]
+
+
 def float_compressions(file: Path) -> set[str]:
     with duckdb.connect(str(file)) as con:
         rows = con.execute(

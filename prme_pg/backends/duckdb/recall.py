@@ -290,6 +290,10 @@ class RecallOperations(PackConnection):
         # found in memory in between.
         return self.read(work)
 
+    def close(self) -> None:
+        super().close()
+        self._owner_vectors = None  # up to 256 MB of vectors go with the connection
+
     def _vector_cache(self) -> VectorCache:
         """This connection's copy of the owners' vectors (embeddings.VectorCache)."""
         if self._owner_vectors is None:
