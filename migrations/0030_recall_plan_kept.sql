@@ -14,7 +14,8 @@
 --    EXTENSION vector: it converts prme.node_embeddings.embedding to vector, as the ALTER
 --    TABLE docs/RECALL.md gave before did, and defines those helpers again.
 -- 3. prme._candidate_relevance, inlined into recall, is a candidate's relevance, its cosine
---    read from its stored vector only when needed.
+--    read from its stored vector only when needed; prme._strength, inlined too, the strength
+--    term of its score.
 -- Recall also takes each word-matched memory's strength (virtual decay) from the row the word
 -- index found rather than bounding it by the row's bases, so fewer candidates are read again;
 -- and it searches a larger HNSW graph with a longer candidate list (hnsw.ef_search: 400 as
@@ -143,6 +144,28 @@ REVOKE ALL ON FUNCTION prme.enable_vector_search() FROM public;
 GRANT EXECUTE ON FUNCTION prme.enable_vector_search() TO prme_app;
 
 -- >>> sql/postgres/310_recall.sql
+
+CREATE FUNCTION prme._strength(
+    salience_base numeric,
+    reinforcement_boost numeric,
+    confidence_base numeric,
+    decay_profile text,
+    decay_from timestamptz,
+    as_of timestamptz
+)
+RETURNS double precision
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN (
+    0.5
+    + 0.25 * prme._effective_salience(salience_base, reinforcement_boost, decay_profile, prme._age_days(decay_from, as_of))
+    + 0.25 * prme._effective_confidence(confidence_base, decay_profile, prme._age_days(decay_from, as_of))
+);
+
+COMMENT ON FUNCTION prme._strength(numeric, numeric, numeric, text, timestamptz, timestamptz) IS
+'Internal: the strength term of a recall score at as_of, 0.5 + 0.25 * effective_salience + 0.25 * '
+'effective_confidence (decayed from decay_from); inlined, the same bits as the score''s own terms.';
 
 CREATE FUNCTION prme._candidate_relevance(
     user_id text,
@@ -404,8 +427,8 @@ BEGIN
     v_word_queries := ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme));
 
     -- Static SQL, so PostgreSQL keeps its plan from call to call (planning it took as long
-    -- as running it); it names nothing of pgvector's, reading a finalist's cosine from its
-    -- vector as real[] (a cast pgvector defines, found without its schema).
+    -- as running it); it names nothing of pgvector's: a finalist's cosine is read through
+    -- prme._inner_product and prme._query_vector, defined with pgvector's schema (305).
     -- The query's words carry the owner's key, so the GIN index on search finds this
     -- owner's matches alone; the owner test stays outside the inner level, as a recheck
     -- (two owners whose keys collided would share postings), so the planner does not
@@ -417,12 +440,8 @@ BEGIN
         matched AS MATERIALIZED (
             SELECT m.id, m.search, m.strength FROM (
                 SELECT n.user_id, n.id, n.search,
-                    0.5
-                    + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
-                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
-                    + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
-                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
-                        AS strength
+                    prme._strength(n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile,
+                        coalesce(n.last_reinforced_at, n.created_at), v_as_of) AS strength
                 FROM prme.nodes AS n
                 WHERE n.search @@ v_any_word
                   AND n.lifecycle_state NOT IN ('archived', 'deprecated')
@@ -470,27 +489,23 @@ BEGIN
         -- negative cosines count as 0). Its strength is known when its words matched; else
         -- it is between 0.5 and 1. Then the candidates by ceiling, highest first.
         bounded AS MATERIALIZED (
-            SELECT c.id, c.cosine, c.strength, coalesce(l.share, 0) AS share,
-                coalesce(c.strength, 1.0) * CASE WHEN v_embedding IS NULL THEN coalesce(l.share, 0)
-                     ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(c.cosine, v_cosine_ceiling), 0)
-                END AS score_ceiling,
-                row_number() OVER (ORDER BY coalesce(c.strength, 1.0) * CASE WHEN v_embedding IS NULL
-                    THEN coalesce(l.share, 0)
-                    ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(c.cosine, v_cosine_ceiling), 0)
-                END DESC, c.id) AS position
-            FROM candidates AS c
-            LEFT JOIN lexical AS l ON l.id = c.id
+            SELECT x.*, row_number() OVER (ORDER BY x.score_ceiling DESC, x.id) AS position
+            FROM (
+                SELECT c.id, c.cosine, c.strength, coalesce(l.share, 0) AS share,
+                    coalesce(c.strength, 1.0) * CASE WHEN v_embedding IS NULL THEN coalesce(l.share, 0)
+                         ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(c.cosine, v_cosine_ceiling), 0)
+                    END AS score_ceiling
+                FROM candidates AS c
+                LEFT JOIN lexical AS l ON l.id = c.id
+            ) AS x
         ),
         -- The probe: the exact relevance of the 2 * max_count + 10 candidates with the highest
         -- ceilings (a cosine above the last of the nearest, which the HNSW index, being
         -- approximate, may have missed, counts as that).
         probe AS MATERIALIZED (
             SELECT b.id, b.score_ceiling, e.relevance, coalesce(b.strength, (
-                    SELECT 0.5
-                        + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
-                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
-                        + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
-                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
+                    SELECT prme._strength(n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile,
+                        coalesce(n.last_reinforced_at, n.created_at), v_as_of)
                     FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = b.id
                 )) AS strength
             FROM bounded AS b
@@ -563,4 +578,4 @@ COMMENT ON FUNCTION prme.recall(text, text, text[], integer, timestamptz, real[]
 'by strength alone. scopes (NULL = all) filters; max_count is 1..1000; the query is at most 64 KiB with at most 1024 '
 'distinct words. Archived and deprecated memories are excluded. Nothing is written. See docs/RECALL.md.';
 -- prme-pg:seal (everything above this line is hashed; do not edit this file)
-INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (30, 'recall_plan_kept', 'b9a320cde3eec2c9211044324244d6c07970af3b22a098e9321194c055046ec4');
+INSERT INTO prme.schema_migrations (version, name, sha256) VALUES (30, 'recall_plan_kept', 'f709a014374b404b8062a671e575ca0453dddaf8f81720020cc7adb75101f581');

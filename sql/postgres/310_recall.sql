@@ -72,6 +72,28 @@ $$;
 COMMENT ON FUNCTION prme._query_lexemes(text, text) IS
 'Internal: the owner-keyed lexemes of a search query (as nodes.search holds them); PR422 for more than 1024.';
 
+CREATE FUNCTION prme._strength(
+    salience_base numeric,
+    reinforcement_boost numeric,
+    confidence_base numeric,
+    decay_profile text,
+    decay_from timestamptz,
+    as_of timestamptz
+)
+RETURNS double precision
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+RETURN (
+    0.5
+    + 0.25 * prme._effective_salience(salience_base, reinforcement_boost, decay_profile, prme._age_days(decay_from, as_of))
+    + 0.25 * prme._effective_confidence(confidence_base, decay_profile, prme._age_days(decay_from, as_of))
+);
+
+COMMENT ON FUNCTION prme._strength(numeric, numeric, numeric, text, timestamptz, timestamptz) IS
+'Internal: the strength term of a recall score at as_of, 0.5 + 0.25 * effective_salience + 0.25 * '
+'effective_confidence (decayed from decay_from); inlined, the same bits as the score''s own terms.';
+
 CREATE FUNCTION prme._candidate_relevance(
     user_id text,
     model_id text,
@@ -332,8 +354,8 @@ BEGIN
     v_word_queries := ARRAY(SELECT prme._any_lexeme_query(ARRAY[l.lexeme]) FROM unnest(v_lexemes) AS l (lexeme));
 
     -- Static SQL, so PostgreSQL keeps its plan from call to call (planning it took as long
-    -- as running it); it names nothing of pgvector's, reading a finalist's cosine from its
-    -- vector as real[] (a cast pgvector defines, found without its schema).
+    -- as running it); it names nothing of pgvector's: a finalist's cosine is read through
+    -- prme._inner_product and prme._query_vector, defined with pgvector's schema (305).
     -- The query's words carry the owner's key, so the GIN index on search finds this
     -- owner's matches alone; the owner test stays outside the inner level, as a recheck
     -- (two owners whose keys collided would share postings), so the planner does not
@@ -345,12 +367,8 @@ BEGIN
         matched AS MATERIALIZED (
             SELECT m.id, m.search, m.strength FROM (
                 SELECT n.user_id, n.id, n.search,
-                    0.5
-                    + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
-                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
-                    + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
-                        prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
-                        AS strength
+                    prme._strength(n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile,
+                        coalesce(n.last_reinforced_at, n.created_at), v_as_of) AS strength
                 FROM prme.nodes AS n
                 WHERE n.search @@ v_any_word
                   AND n.lifecycle_state NOT IN ('archived', 'deprecated')
@@ -398,27 +416,23 @@ BEGIN
         -- negative cosines count as 0). Its strength is known when its words matched; else
         -- it is between 0.5 and 1. Then the candidates by ceiling, highest first.
         bounded AS MATERIALIZED (
-            SELECT c.id, c.cosine, c.strength, coalesce(l.share, 0) AS share,
-                coalesce(c.strength, 1.0) * CASE WHEN v_embedding IS NULL THEN coalesce(l.share, 0)
-                     ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(c.cosine, v_cosine_ceiling), 0)
-                END AS score_ceiling,
-                row_number() OVER (ORDER BY coalesce(c.strength, 1.0) * CASE WHEN v_embedding IS NULL
-                    THEN coalesce(l.share, 0)
-                    ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(c.cosine, v_cosine_ceiling), 0)
-                END DESC, c.id) AS position
-            FROM candidates AS c
-            LEFT JOIN lexical AS l ON l.id = c.id
+            SELECT x.*, row_number() OVER (ORDER BY x.score_ceiling DESC, x.id) AS position
+            FROM (
+                SELECT c.id, c.cosine, c.strength, coalesce(l.share, 0) AS share,
+                    coalesce(c.strength, 1.0) * CASE WHEN v_embedding IS NULL THEN coalesce(l.share, 0)
+                         ELSE 0.6 * coalesce(l.share, 0) + 0.4 * greatest(coalesce(c.cosine, v_cosine_ceiling), 0)
+                    END AS score_ceiling
+                FROM candidates AS c
+                LEFT JOIN lexical AS l ON l.id = c.id
+            ) AS x
         ),
         -- The probe: the exact relevance of the 2 * max_count + 10 candidates with the highest
         -- ceilings (a cosine above the last of the nearest, which the HNSW index, being
         -- approximate, may have missed, counts as that).
         probe AS MATERIALIZED (
             SELECT b.id, b.score_ceiling, e.relevance, coalesce(b.strength, (
-                    SELECT 0.5
-                        + 0.25 * prme._effective_salience(n.salience_base, n.reinforcement_boost, n.decay_profile,
-                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
-                        + 0.25 * prme._effective_confidence(n.confidence_base, n.decay_profile,
-                            prme._age_days(coalesce(n.last_reinforced_at, n.created_at), v_as_of))
+                    SELECT prme._strength(n.salience_base, n.reinforcement_boost, n.confidence_base, n.decay_profile,
+                        coalesce(n.last_reinforced_at, n.created_at), v_as_of)
                     FROM prme.nodes AS n WHERE n.user_id = v_user_id AND n.id = b.id
                 )) AS strength
             FROM bounded AS b
