@@ -105,11 +105,12 @@ def main(argv: list[str] | None = None) -> int:
                 load[name] = timed(
                     [lambda s=store, n=n: s.put(NS, f"k{n}", {"text": texts[n], "n": n}) for n in range(args.items)]
                 )
-            # Statistics of the loaded tables, as autovacuum takes them soon after a load: planned
-            # from the empty tables' estimates, prme's recall joins vectors per candidate (seconds).
+            # Both databases vacuumed and analyzed, as autovacuum does soon after a load of this
+            # size: planned from the empty tables' estimates, prme's recall joins vectors per
+            # candidate (seconds), and its word index would search the load's pending entries.
             for db in (prme_db, lg_db):
                 with psycopg.connect(server.dsn_for(db), autocommit=True) as analyze:
-                    analyze.execute("ANALYZE")
+                    analyze.execute("VACUUM ANALYZE")
             # The owner's vectors into the HNSW index, as the prme-vector-index job (or prme-pg
             # embed, or the worker) does within minutes of a load; then its statistics.
             with psycopg.connect(server.dsn_for(prme_db), autocommit=True) as conn_prme:

@@ -117,7 +117,7 @@ def answers(dsn: str, questions: list[str], vectors: dict[str, Float4Array], mod
 
 def index_recall(dsn: str, questions: list[str], vectors: dict[str, Float4Array], model: str) -> list[float]:
     """Per question, the share of the exact 100 nearest that the HNSW index returns among its
-    100 nearest, searched as prme.recall searches it (ef_search 400, or one per 100 vectors
+    100 nearest, searched as prme.recall searches it (ef_search 200, or one per 100 vectors
     of the graph up to 1,000; iterative scan)."""
     shares = []
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -126,7 +126,7 @@ def index_recall(dsn: str, questions: list[str], vectors: dict[str, Float4Array]
         graph = conn.execute(
             "SELECT reltuples FROM pg_class WHERE oid = to_regclass('prme.' || prme._vector_index(%s))", (model,)
         )
-        conn.execute(f"SET hnsw.ef_search = {min(1000, max(400, int((graph.fetchone() or (0,))[0] or 0) // 100))}")
+        conn.execute(f"SET hnsw.ef_search = {min(1000, max(200, int((graph.fetchone() or (0,))[0] or 0) // 100))}")
         conn.execute("SET hnsw.iterative_scan = strict_order")
         for q in questions:
             exact = conn.execute(

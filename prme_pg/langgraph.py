@@ -148,11 +148,15 @@ class Version:
     version: int
     value: dict[str, Any]
     index: list[str] | Literal[False] | None
-    value_json: str
     active: bool
     created_at: datetime
     updated_at: datetime
     first_created_at: datetime
+
+    @property
+    def value_json(self) -> str:
+        """The value as it is stored (dump_json): what a put compares; computed when asked, as a search never asks."""
+        return dump_json(self.value)
 
 
 def item_content(
@@ -212,7 +216,6 @@ def parse_version(
         version=version,
         value=value,
         index=document.get("index"),
-        value_json=dump_json(value),
         active=lifecycle_state not in ("archived", "deprecated", "superseded"),
         created_at=created,
         updated_at=updated,

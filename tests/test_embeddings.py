@@ -228,6 +228,13 @@ def test_confirmations_outcomes_and_archives_never_write_vectors(engine: Engine)
         ([float("inf")] + [0.0] * 255, "finite numbers"),
         ([1e39] + [0.0] * 255, "fit in 32 bits"),
         ("not a vector", "sequence of numbers"),
+        # Float arrays and lists of floats are converted at once: the same refusals.
+        (np.array([np.nan] + [0.0] * 255), "finite numbers"),
+        (np.array([0.0] * 255 + [1e39]), "fit in 32 bits"),
+        (np.zeros((256, 2)), "numbers only"),
+        (np.array([True] * 256), "numbers only"),
+        ([0.0] * 255 + [True], "numbers only"),
+        ([0.0] * 255 + ["1"], "numbers only"),
     ],
 )
 def test_bad_vectors_are_refused_and_nothing_is_written(engine: Engine, embedding: Any, message: str) -> None:

@@ -1277,3 +1277,37 @@ def test_upgrading_to_recall_plan_kept_answers_every_recall_as_before(pg_server:
                 for old_row, new_row in zip(old, new, strict=True):
                     assert new_row[1:5] == pytest.approx(old_row[1:5], abs=tolerance)
                     assert new_row[5:] == old_row[5:]
+
+
+def test_upgrading_to_recall_lighter_keeps_every_word_and_answer(pg_server: testing.Server) -> None:
+    """0031 makes prme._owner_lexemes PL/pgSQL (its plans kept) and searches a small HNSW graph
+    with a shorter candidate list: the words of every kind of text are keyed as before (what
+    nodes.search holds and recall looks up), no row changes, and every recall, by words and by
+    meaning, scanned and through the index (120 vectors: found exactly either way), answers
+    as before."""
+    texts = [
+        "Alice prefers TABS; she's tried spaces (twice)!",
+        "ponies, buses, glasses & the churches' bells",
+        "Ünïcode wörds — with dashes… and 「CJK」 punctuation\ufeff",
+        "the a an of",  # stop words only
+        "",
+        "x" * 101 + " short",
+    ]
+    lexemes = "SELECT prme._owner_lexemes(o, t) FROM unnest(%s::text[]) AS t, unnest(ARRAY['alice', 'ünï', '']) AS o"
+    with filled_before(pg_server, "recall_lighter") as (conn, every, target):
+        answers = recall_corpus(conn, 31)
+        conn.execute("SELECT prme.index_embeddings('unit-8', min_vectors => 50)")
+        words_before = conn.execute(lexemes, [texts]).fetchall()
+        rows_before = _rows(conn)
+        before = answers()
+        assert sum(map(len, before)) > 1500 and len({len(a) for a in before}) > 3, "not vacuous"
+        assert any(len(w[0]) > 3 for w in words_before) and ([],) in words_before, "not vacuous"
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        assert conn.execute(lexemes, [texts]).fetchall() == words_before
+        assert _rows(conn) == rows_before
+        for after in (answers(), answers()):  # the second pass on PostgreSQL's kept plans
+            for old, new in zip(before, after, strict=True):
+                assert [(r[0], r[5]) for r in new] == [(r[0], r[5]) for r in old], "same memories, same order"
+                for old_row, new_row in zip(old, new, strict=True):
+                    assert new_row[1:5] == pytest.approx(old_row[1:5], abs=1e-9)
+                    assert new_row[5:] == old_row[5:]
