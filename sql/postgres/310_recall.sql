@@ -249,8 +249,9 @@ BEGIN
         -- The v_wanted nearest recallable memories by inner product (vectors are unit
         -- length: the cosine), ties by id. The closest v_fetch vectors of the owner are
         -- found, each then checked by its primary key; should archived or out-of-scope
-        -- memories leave fewer than wanted while more vectors exist, again with four
-        -- times as many. They are found by a scan of the owner's vectors (exact), or, for
+        -- memories leave fewer than wanted while more vectors exist, again with as many
+        -- more as their share among those found says, a quarter over (at most four times
+        -- as many). They are found by a scan of the owner's vectors (exact), or, for
         -- an owner whose vectors prme.index_embeddings moved into the model's HNSW index,
         -- by the index (approximate) and a scan of those stored since. The index's search
         -- repeats its expression (the vector cast to the model's dimensions) and its
@@ -311,7 +312,10 @@ BEGIN
                 v_vectors
             );
         END IF;
-        v_fetch := v_wanted + greatest(10, v_wanted / 10);  -- room for a few archived ones
+        -- Room for archived ones (an owner whose memories are replaced, as the LangGraph
+        -- store's items are, keeps the old versions' vectors): with a tenth, a search over
+        -- a graph one tenth archived was done twice for two questions in three.
+        v_fetch := v_wanted + greatest(10, v_wanted / 4);
         LOOP
             EXECUTE format(
                 $sql$
@@ -335,7 +339,9 @@ BEGIN
             ) INTO v_nearest_ids, v_nearest_cosines, v_scanned
             USING v_user_id, recall.embedding_model, v_scopes, v_embedding, v_wanted, v_fetch;
             EXIT WHEN cardinality(v_nearest_ids) >= v_wanted OR v_scanned < v_fetch;
-            v_fetch := 4 * v_fetch;
+            v_fetch := least(4 * v_fetch, greatest(v_fetch + 10,
+                ceil(1.25 * v_fetch * v_wanted / greatest(cardinality(v_nearest_ids), 1))::integer
+            ));
         END LOOP;
         IF v_hnsw IS NOT NULL THEN
             PERFORM set_config('hnsw.ef_search', v_hnsw[1], TRUE), set_config('hnsw.iterative_scan', v_hnsw[2], TRUE);
