@@ -117,16 +117,15 @@ def answers(dsn: str, questions: list[str], vectors: dict[str, Float4Array], mod
 
 def index_recall(dsn: str, questions: list[str], vectors: dict[str, Float4Array], model: str) -> list[float]:
     """Per question, the share of the exact 100 nearest that the HNSW index returns among its
-    100 nearest, searched as prme.recall searches it (ef_search 200, or one per 100 vectors
-    of the graph up to 1,000; iterative scan)."""
+    100 nearest, searched as prme.recall searches it (prme._hnsw_ef_search; iterative scan)."""
     shares = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         dimensions = conn.execute("SELECT dimensions FROM prme.embedding_models WHERE model_id = %s", (model,))
         cast = f"vector({dimensions.fetchone()[0]})"  # type: ignore[index]
-        graph = conn.execute(
-            "SELECT reltuples FROM pg_class WHERE oid = to_regclass('prme.' || prme._vector_index(%s))", (model,)
-        )
-        conn.execute(f"SET hnsw.ef_search = {min(1000, max(200, int((graph.fetchone() or (0,))[0] or 0) // 100))}")
+        ef_search = conn.execute(
+            "SELECT prme._hnsw_ef_search(100, to_regclass('prme.' || prme._vector_index(%s)))", (model,)
+        ).fetchone()[0]  # type: ignore[index]
+        conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
         conn.execute("SET hnsw.iterative_scan = strict_order")
         for q in questions:
             exact = conn.execute(

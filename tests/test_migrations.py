@@ -1107,6 +1107,16 @@ def recall_corpus(conn: psycopg.Connection[Any], seed: int) -> Callable[[], list
     return answers
 
 
+def assert_same_answers(before: list[Any], after: list[Any], tolerance: Callable[[int], float]) -> None:
+    """recall_corpus's answers alike: the same memories in the same order, the i-th recall's
+    scores within tolerance(i), every other column equal."""
+    for i, (old, new) in enumerate(zip(before, after, strict=True)):
+        assert [(r[0], r[5]) for r in new] == [(r[0], r[5]) for r in old], "same memories, same order"
+        for old_row, new_row in zip(old, new, strict=True):
+            assert new_row[1:5] == pytest.approx(old_row[1:5], abs=tolerance(i))
+            assert new_row[5:] == old_row[5:]
+
+
 def test_upgrading_to_recall_thresholds_answers_every_recall_as_before(pg_server: testing.Server) -> None:
     """0027 prunes recall's candidates harder (a strength ceiling per candidate, and a
     threshold from a few candidates scored exactly): every recall, by words and by meaning,
@@ -1271,12 +1281,8 @@ def test_upgrading_to_recall_plan_kept_answers_every_recall_as_before(pg_server:
         assert sum(map(len, before)) > 1500 and len({len(a) for a in before}) > 3, "not vacuous"
         assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
         for after in (answers(), answers()):  # the second pass runs on PostgreSQL's kept plan
-            for i, (old, new) in enumerate(zip(before, after, strict=True)):
-                assert [(r[0], r[5]) for r in new] == [(r[0], r[5]) for r in old], "same memories, same order"
-                tolerance = 1e-9 if i % 4 == 3 else 1e-6  # every fourth recall is by words alone
-                for old_row, new_row in zip(old, new, strict=True):
-                    assert new_row[1:5] == pytest.approx(old_row[1:5], abs=tolerance)
-                    assert new_row[5:] == old_row[5:]
+            # Every fourth recall is by words alone.
+            assert_same_answers(before, after, lambda i: 1e-9 if i % 4 == 3 else 1e-6)
 
 
 def test_upgrading_to_recall_lighter_keeps_every_word_and_answer(pg_server: testing.Server) -> None:
@@ -1306,8 +1312,4 @@ def test_upgrading_to_recall_lighter_keeps_every_word_and_answer(pg_server: test
         assert conn.execute(lexemes, [texts]).fetchall() == words_before
         assert _rows(conn) == rows_before
         for after in (answers(), answers()):  # the second pass on PostgreSQL's kept plans
-            for old, new in zip(before, after, strict=True):
-                assert [(r[0], r[5]) for r in new] == [(r[0], r[5]) for r in old], "same memories, same order"
-                for old_row, new_row in zip(old, new, strict=True):
-                    assert new_row[1:5] == pytest.approx(old_row[1:5], abs=1e-9)
-                    assert new_row[5:] == old_row[5:]
+            assert_same_answers(before, after, lambda i: 1e-9)

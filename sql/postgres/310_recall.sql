@@ -134,6 +134,28 @@ COMMENT ON FUNCTION prme._candidate_relevance(text, text, uuid, anyelement, doub
 '(given, or read from its stored vector when cosine_ceiling is above 0; 0 below 0 or without a vector). query_vector '
 'is prme._query_vector(query_embedding).';
 
+-- The candidate list an HNSW search for the wanted nearest gets: twice what is wanted, and
+-- a larger graph a longer one for the same share of the true nearest (100,000 vectors: 400
+-- kept 0.86 of recall's exact top 10, 1,000 0.94): one per 100 vectors of the graph as
+-- VACUUM or ANALYZE last counted them, up to pgvector's 1,000. (20,000 vectors: 200 and 400
+-- both gave the exact answers; 200 costs less.)
+CREATE FUNCTION prme._hnsw_ef_search(wanted integer, vector_index regclass)
+RETURNS integer
+LANGUAGE sql
+STABLE
+PARALLEL SAFE
+RETURN least(1000, greatest(
+    2 * _hnsw_ef_search.wanted,
+    (
+        SELECT c.reltuples FROM pg_catalog.pg_class AS c
+        WHERE c.oid = _hnsw_ef_search.vector_index  -- noqa: RF01
+    ) / 100
+))::integer;
+
+COMMENT ON FUNCTION prme._hnsw_ef_search(integer, regclass) IS
+'Internal: hnsw.ef_search for finding the wanted nearest through the HNSW index vector_index: twice wanted, or '
+'one per 100 vectors of the graph, at most 1,000 (recall; bench/recall_cost_bench.py searches as recall does).';
+
 CREATE FUNCTION prme.recall(
     user_id text,
     query text DEFAULT NULL,
@@ -285,20 +307,14 @@ BEGIN
                 $sql$,
                 v_vectors, cardinality(v_embedding), recall.embedding_model
             );
-            -- The index's candidate list holds twice what is asked for, and its scan goes
-            -- on past other owners' vectors (pgvector 0.8's iterative scan, in exact order);
-            -- the caller's settings are put back after the search. A larger graph wants a
-            -- longer list for the same share of the true nearest (100,000 vectors: 400 kept
-            -- 0.86 of recall's exact top 10, 1,000 0.94): one per 100 vectors of the graph
-            -- as VACUUM or ANALYZE last counted them, up to pgvector's 1,000. (20,000
-            -- vectors: 200 and 400 both gave the exact answers; 200 costs less.)
+            -- The index's candidate list (prme._hnsw_ef_search), and its scan going on past
+            -- other owners' vectors (pgvector 0.8's iterative scan, in exact order); the
+            -- caller's settings are put back after the search.
             v_hnsw := ARRAY[
                 coalesce(current_setting('hnsw.ef_search', TRUE), '40'),
                 coalesce(current_setting('hnsw.iterative_scan', TRUE), 'off')
             ];
-            PERFORM set_config('hnsw.ef_search', least(1000, greatest(
-                    2 * v_wanted, (SELECT c.reltuples FROM pg_catalog.pg_class AS c WHERE c.oid = v_index) / 100
-                )::integer)::text, TRUE),
+            PERFORM set_config('hnsw.ef_search', prme._hnsw_ef_search(v_wanted, v_index)::text, TRUE),
                 set_config('hnsw.iterative_scan', 'strict_order', TRUE);
         ELSE
             v_closest := format(
