@@ -1313,3 +1313,38 @@ def test_upgrading_to_recall_lighter_keeps_every_word_and_answer(pg_server: test
         assert _rows(conn) == rows_before
         for after in (answers(), answers()):  # the second pass on PostgreSQL's kept plans
             assert_same_answers(before, after, lambda i: 1e-9)
+
+
+# -- 0032_recall_bounded_pending_words: few words wait for the index; recall as before -----------
+
+
+def test_upgrading_to_recall_bounded_pending_words_merges_and_bounds_pending_words(pg_server: testing.Server) -> None:
+    """0032 keeps at most 256 kB of words in the word index's pending list (every recall reads
+    it through) and makes prme._hnsw_ef_search PL/pgSQL: the words waiting before it are
+    merged by the upgrade; a burst of writes after it leaves at most 256 kB waiting (before
+    it, 4 MB could); no row changes; every recall, by words and by meaning, scanned and
+    through the index, answers as before."""
+    pending = "SELECT pending_pages FROM pgstatginindex('prme.nodes_search_idx')"
+    burst = (
+        "SELECT prme.add_node('alice', 'alice keeps bees ' || n || ' ' || md5(n::text) || ' hive' || n %% 97 || "
+        " ' field' || n %% 89 || ' honey' || n %% 83) FROM generate_series(%s::integer, %s::integer) AS n"
+    )
+    with filled_before(pg_server, "recall_bounded_pending_words") as (conn, every, target):
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        answers = recall_corpus(conn, 32)
+        conn.execute("SELECT prme.index_embeddings('unit-8', min_vectors => 50)")
+        conn.execute(burst, [1, 1500])
+        assert conn.execute(pending).fetchone()[0] > 40, "a burst of writes waits in a long list"  # type: ignore[index]
+        rows_before = _rows(conn)
+        before = answers()
+        assert sum(map(len, before)) > 1500 and len({len(a) for a in before}) > 3, "not vacuous"
+        assert [m.version for m in migrations.migrate(conn, [m for m in every if m.version <= target])] == [target]
+        assert conn.execute(pending).fetchone() == (0,)
+        assert _rows(conn) == rows_before
+        for after in (answers(), answers()):  # the second pass on PostgreSQL's kept plans
+            assert_same_answers(before, after, lambda i: 1e-9)
+        conn.execute(burst, [1501, 3000])
+        waiting = conn.execute(pending).fetchone()[0]  # type: ignore[index]
+        assert 0 < waiting <= 33, "at most 256 kB (32 pages) and the page it overflows"
+        bees = "SELECT count(*) FROM prme.recall('alice', 'bees', max_count => 1000) WHERE content LIKE 'alice keeps%'"
+        assert conn.execute(bees).fetchone() == (1000,)
