@@ -124,8 +124,8 @@ SELECT is(
     '', 'nodes.search is a plain column, not a generated one (recomputed by every UPDATE)');
 SELECT is(
     (SELECT indexdef FROM pg_indexes WHERE schemaname = 'prme' AND indexname = 'nodes_search_idx'),
-    'CREATE INDEX nodes_search_idx ON prme.nodes USING gin (search)',
-    'one GIN index over search');
+    'CREATE INDEX nodes_search_idx ON prme.nodes USING gin (search) WITH (gin_pending_list_limit=''256'')',
+    'one GIN index over search, at most 256 kB of its words pending (every recall reads them through)');
 SELECT is(
     (SELECT tsvector_to_array(search) FROM prme.nodes WHERE id = 'dddddddd-0000-4000-8000-000000000001'),
     ARRAY[left(encode(sha256('decay'::bytea), 'hex'), 16) || '/p'],
