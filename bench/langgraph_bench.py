@@ -23,20 +23,23 @@ After the load, prme's vectors go into its HNSW index (``prme.index_embeddings()
 the ``prme-vector-index`` job, ``prme-pg embed`` or the worker runs), as PostgresStore's go
 into its HNSW index on insert.
 
-Reported: calls per second of each and prme's time per call over PostgresStore's.
-Targets: get and search at most 1.5x, put at most 2x (prme writes journal records that
-PostgresStore does not).
+Reported: calls per second of each and prme's time per call over PostgresStore's (the
+targets' measure), and the server CPU per call of each store's one connection (from /proc),
+which load from other processes, stretching wall time, leaves mostly alone. Targets: get and
+search at most 1.5x, put at most 2x (prme writes journal records that PostgresStore does not).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -64,11 +67,22 @@ def words(rng: random.Random, vocabulary: list[str], n: int) -> str:
     return " ".join(rng.choice(vocabulary) for _ in range(n))
 
 
-def timed(calls: list[Callable[[], Any]]) -> float:
+def backend_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) the server process ``pid`` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(calls: list[Callable[[], Any]], pid: int | None = None, cpu: list[float] | None = None) -> float:
+    """Wall seconds of the calls; with ``pid`` and ``cpu``, appends the server's CPU seconds to ``cpu``."""
+    before = backend_cpu(pid) if pid is not None else 0.0
     start = time.perf_counter()
     for call in calls:
         call()
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    if pid is not None and cpu is not None:
+        cpu.append(backend_cpu(pid) - before)
+    return elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,35 +133,51 @@ def main(argv: list[str] | None = None) -> int:
                     indexed += moved
                 assert indexed >= args.items, indexed
                 conn_prme.execute("VACUUM ANALYZE prme.node_embeddings")
+            # Each store's one server connection (prme's pool holds one), for its CPU per call.
+            with prme.client.backend.pool.connection() as held:  # type: ignore[attr-defined]
+                pids = {"prme": held.info.backend_pid, "postgres_store": conn.info.backend_pid}
             kinds: dict[str, dict[str, list[float]]] = {k: {name: [] for name in stores} for k in TARGETS}
+            server_cpu: dict[str, dict[str, list[float]]] = {k: {name: [] for name in stores} for k in TARGETS}
             for round_no in range(args.rounds):
                 keys = [rng.randrange(args.items) for _ in range(args.calls)]
                 queries = [words(rng, vocabulary[:3000], 2) for _ in range(args.calls)]
                 fresh = [words(rng, vocabulary, 8) for _ in range(args.calls)]
                 order = list(stores.items()) if round_no % 2 == 0 else list(reversed(stores.items()))
                 for name, s in order:
+                    pid = pids[name]
                     kinds["put"][name].append(
                         timed(
                             [
                                 lambda s=s, k=k, t=t, r=round_no: s.put(NS, f"k{k}", {"text": t, "n": k, "r": r})
                                 for k, t in zip(keys, fresh, strict=True)
-                            ]
+                            ],
+                            pid,
+                            server_cpu["put"][name],
                         )
                     )
-                    kinds["get"][name].append(timed([lambda s=s, k=k: s.get(NS, f"k{k}") for k in keys]))
+                    kinds["get"][name].append(
+                        timed([lambda s=s, k=k: s.get(NS, f"k{k}") for k in keys], pid, server_cpu["get"][name])
+                    )
                     kinds["search"][name].append(
-                        timed([lambda s=s, q=q: s.search(NS, query=q, limit=10) for q in queries])
+                        timed(
+                            [lambda s=s, q=q: s.search(NS, query=q, limit=10) for q in queries],
+                            pid,
+                            server_cpu["search"][name],
+                        )
                     )
             for kind, sides in kinds.items():
                 prme_s = sum(sides["prme"])
                 lg_s = sum(sides["postgres_store"])
                 calls = args.calls * args.rounds
                 ratios = [p / q for p, q in zip(sides["prme"], sides["postgres_store"], strict=True)]
+                cpu = server_cpu[kind]
                 results[kind] = {
                     "prme_per_s": calls / prme_s,
                     "postgres_store_per_s": calls / lg_s,
                     "ratio": statistics.median(ratios),
                     "target": TARGETS[kind],
+                    "prme_server_ms": 1000 * sum(cpu["prme"]) / calls,
+                    "postgres_store_server_ms": 1000 * sum(cpu["postgres_store"]) / calls,
                 }
             results["load"] = {
                 "prme_per_s": args.items / load["prme"],
@@ -171,12 +201,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{int(meta['items'])} items, {int(meta['calls'])} calls x {int(meta['rounds'])} rounds; "
         f"both embed with WordLlama ({DIMS} dimensions); prme ranks by words and vectors"
     )
-    print(f"{'op':8} {'prme/s':>10} {'PostgresStore/s':>16} {'prme time x':>12} {'target':>7}")
+    print(
+        f"{'op':8} {'prme/s':>10} {'PostgresStore/s':>16} {'prme time x':>12} {'target':>7}      "
+        f"{'server CPU ms/call: prme':>25} {'PostgresStore':>14}"
+    )
     for kind, row in results.items():
         verdict = "ok" if row["ratio"] <= row["target"] else "MISS"
+        cpu_text = (
+            f"{row['prme_server_ms']:25.2f} {row['postgres_store_server_ms']:14.2f}" if "prme_server_ms" in row else ""
+        )
         print(
             f"{kind:8} {row['prme_per_s']:10.0f} {row['postgres_store_per_s']:16.0f} "
-            f"{row['ratio']:12.2f} {row['target']:6.1f}x {verdict}"
+            f"{row['ratio']:12.2f} {row['target']:6.1f}x {verdict:4} {cpu_text}"
         )
     return 0
 
