@@ -33,17 +33,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from langgraph.store.postgres import PostgresStore
+from semantic_bench import server_cpu_seconds
 
 from prme_pg import testing
 from prme_pg.embeddings import WordLlamaEmbedder
@@ -67,22 +66,13 @@ def words(rng: random.Random, vocabulary: list[str], n: int) -> str:
     return " ".join(rng.choice(vocabulary) for _ in range(n))
 
 
-def backend_cpu(pid: int) -> float:
-    """Seconds of CPU (user + system) the server process ``pid`` has used, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def timed(calls: list[Callable[[], Any]], pid: int | None = None, cpu: list[float] | None = None) -> float:
-    """Wall seconds of the calls; with ``pid`` and ``cpu``, appends the server's CPU seconds to ``cpu``."""
-    before = backend_cpu(pid) if pid is not None else 0.0
+def timed(calls: list[Callable[[], Any]], pid: int) -> tuple[float, float]:
+    """Wall seconds of the calls, and CPU seconds of the server process ``pid`` meanwhile."""
+    cpu = server_cpu_seconds(pid)
     start = time.perf_counter()
     for call in calls:
         call()
-    elapsed = time.perf_counter() - start
-    if pid is not None and cpu is not None:
-        cpu.append(backend_cpu(pid) - before)
-    return elapsed
+    return time.perf_counter() - start, server_cpu_seconds(pid) - cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,10 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             prme.setup()
             lg.setup()
             stores: dict[str, Any] = {"prme": prme, "postgres_store": lg}
+            # Each store's one server connection (prme's pool holds one), for its CPU per call.
+            with prme.client.backend.pool.connection() as held:  # type: ignore[attr-defined]
+                pids = {"prme": held.info.backend_pid, "postgres_store": conn.info.backend_pid}
             load: dict[str, float] = {}
             for name, store in stores.items():
-                load[name] = timed(
-                    [lambda s=store, n=n: s.put(NS, f"k{n}", {"text": texts[n], "n": n}) for n in range(args.items)]
+                load[name], _ = timed(
+                    [lambda s=store, n=n: s.put(NS, f"k{n}", {"text": texts[n], "n": n}) for n in range(args.items)],
+                    pids[name],
                 )
             # Both databases vacuumed and analyzed, as autovacuum does soon after a load of this
             # size: planned from the empty tables' estimates, prme's recall joins vectors per
@@ -133,9 +127,6 @@ def main(argv: list[str] | None = None) -> int:
                     indexed += moved
                 assert indexed >= args.items, indexed
                 conn_prme.execute("VACUUM ANALYZE prme.node_embeddings")
-            # Each store's one server connection (prme's pool holds one), for its CPU per call.
-            with prme.client.backend.pool.connection() as held:  # type: ignore[attr-defined]
-                pids = {"prme": held.info.backend_pid, "postgres_store": conn.info.backend_pid}
             kinds: dict[str, dict[str, list[float]]] = {k: {name: [] for name in stores} for k in TARGETS}
             server_cpu: dict[str, dict[str, list[float]]] = {k: {name: [] for name in stores} for k in TARGETS}
             for round_no in range(args.rounds):
@@ -144,40 +135,31 @@ def main(argv: list[str] | None = None) -> int:
                 fresh = [words(rng, vocabulary, 8) for _ in range(args.calls)]
                 order = list(stores.items()) if round_no % 2 == 0 else list(reversed(stores.items()))
                 for name, s in order:
-                    pid = pids[name]
-                    kinds["put"][name].append(
-                        timed(
-                            [
-                                lambda s=s, k=k, t=t, r=round_no: s.put(NS, f"k{k}", {"text": t, "n": k, "r": r})
-                                for k, t in zip(keys, fresh, strict=True)
-                            ],
-                            pid,
-                            server_cpu["put"][name],
-                        )
-                    )
-                    kinds["get"][name].append(
-                        timed([lambda s=s, k=k: s.get(NS, f"k{k}") for k in keys], pid, server_cpu["get"][name])
-                    )
-                    kinds["search"][name].append(
-                        timed(
-                            [lambda s=s, q=q: s.search(NS, query=q, limit=10) for q in queries],
-                            pid,
-                            server_cpu["search"][name],
-                        )
-                    )
+                    ops: dict[str, list[Callable[[], Any]]] = {
+                        "put": [
+                            lambda s=s, k=k, t=t, r=round_no: s.put(NS, f"k{k}", {"text": t, "n": k, "r": r})
+                            for k, t in zip(keys, fresh, strict=True)
+                        ],
+                        "get": [lambda s=s, k=k: s.get(NS, f"k{k}") for k in keys],
+                        "search": [lambda s=s, q=q: s.search(NS, query=q, limit=10) for q in queries],
+                    }
+                    for kind, calls in ops.items():
+                        wall, cpu = timed(calls, pids[name])
+                        kinds[kind][name].append(wall)
+                        server_cpu[kind][name].append(cpu)
             for kind, sides in kinds.items():
                 prme_s = sum(sides["prme"])
                 lg_s = sum(sides["postgres_store"])
                 calls = args.calls * args.rounds
                 ratios = [p / q for p, q in zip(sides["prme"], sides["postgres_store"], strict=True)]
-                cpu = server_cpu[kind]
+                spent = server_cpu[kind]
                 results[kind] = {
                     "prme_per_s": calls / prme_s,
                     "postgres_store_per_s": calls / lg_s,
                     "ratio": statistics.median(ratios),
                     "target": TARGETS[kind],
-                    "prme_server_ms": 1000 * sum(cpu["prme"]) / calls,
-                    "postgres_store_server_ms": 1000 * sum(cpu["postgres_store"]) / calls,
+                    "prme_server_ms": 1000 * sum(spent["prme"]) / calls,
+                    "postgres_store_server_ms": 1000 * sum(spent["postgres_store"]) / calls,
                 }
             results["load"] = {
                 "prme_per_s": args.items / load["prme"],

@@ -30,7 +30,6 @@ approximate, the agreement with the exact scan (above) says more.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import subprocess
@@ -45,7 +44,15 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from semantic_bench import SETTINGS, USER, load_average, load_memories, memory_texts, question_texts
+from semantic_bench import (
+    SETTINGS,
+    USER,
+    load_average,
+    load_memories,
+    memory_texts,
+    question_texts,
+    server_cpu_seconds,
+)
 
 from prme_pg import MemoryClient, testing
 from prme_pg.backends.postgres import Float4Array
@@ -65,11 +72,6 @@ def baseline_recall(revision: str) -> str:
     start = source.index("CREATE FUNCTION prme.recall(")
     end = source.index("COMMENT ON FUNCTION prme.recall(")
     return source[start:end].replace("CREATE FUNCTION prme.recall(", "CREATE FUNCTION baseline.recall(", 1)
-
-
-def server_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def same_answer(ours: list[Any], theirs: list[Any]) -> bool:

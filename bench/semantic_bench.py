@@ -216,18 +216,19 @@ def recall_variants(
     }
 
 
+def server_cpu_seconds(pid: int) -> float:
+    """Seconds of CPU (user + system) the server process ``pid`` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_cpu_ms(pid: int, call: Callable[[str], Any], questions: list[str], calls: int) -> float:
     """CPU milliseconds the server process ``pid`` spends per call (user + system, from /proc):
     what load from other processes, which stretches wall time, leaves alone."""
-
-    def cpu_seconds() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    started = cpu_seconds()
+    started = server_cpu_seconds(pid)
     for i in range(calls):
         call(questions[i % len(questions)])
-    return (cpu_seconds() - started) * 1000 / calls
+    return (server_cpu_seconds(pid) - started) * 1000 / calls
 
 
 def load_memories(conn: psycopg.Connection[Any], texts: list[str], rng: random.Random) -> None:
